@@ -1,0 +1,42 @@
+# The Makefile is the interface: CI and the README call these targets unchanged.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# A CPU build of torch, installed before the package so that the range in pyproject.toml is met
+# without pulling a CUDA build. On a GPU machine: make venv TORCH_SPEC="torch==2.14.1"
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,atari
+TRAIN_ARGS ?= --env CartPole-v1
+
+.PHONY: venv train test lint typecheck unit bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
+	touch $@
+
+venv: $(BIN)/.installed
+
+train: venv
+	$(BIN)/a3c-ray train $(TRAIN_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -m "not ray" -q
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: venv
+	$(BIN)/a3c-ray bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

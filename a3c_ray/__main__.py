@@ -1,0 +1,5 @@
+import sys
+
+from a3c_ray.cli import main
+
+sys.exit(main())

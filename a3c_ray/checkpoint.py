@@ -1,0 +1,164 @@
+"""Checkpoints: atomic writes, keep-last-N plus best, and loads that never unpickle objects.
+
+Layout of ``<run_dir>/checkpoints/``: ``ckpt-<env_steps>.pt`` files, and two pointer files,
+``latest`` and ``best``, each holding the name of one checkpoint. Every file is written to a
+temporary name in the same directory, flushed, fsynced and renamed over its target, so a crash at
+any moment leaves the previous checkpoint and pointers intact. A checkpoint is a dict of tensors,
+numbers and strings, loadable with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "a3c-ray/1"
+REQUIRED_KEYS = ("format", "env_id", "model", "obs_shape", "n_actions", "params", "env_steps")
+_CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, unreadable or not one of ours; the message says which and where."""
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    """Call ``write(file)`` on a temp file beside ``path``, then fsync and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_pointer(path: Path, target: str) -> None:
+    atomic_write(path, lambda f: f.write(target.encode() + b"\n"))
+
+
+def read_pointer(path: Path) -> Path:
+    name = path.read_text().strip()
+    if not _CKPT_RE.match(name):
+        raise CheckpointError(f"pointer {path} does not name a checkpoint file")
+    return path.parent / name
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """The checkpoint files of a directory, oldest (fewest env steps) first."""
+    found = []
+    for p in directory.glob("ckpt-*.pt") if directory.is_dir() else []:
+        m = _CKPT_RE.match(p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+class CheckpointManager:
+    """Writes checkpoints into one directory, keeping the last ``keep`` and the best by eval return."""
+
+    def __init__(self, directory: str | Path, keep: int = 3):
+        self.dir = Path(directory)
+        self.keep = keep
+        self.best_return: float | None = None
+        best = self.dir / "best"
+        if best.exists():
+            with contextlib.suppress(CheckpointError, OSError):
+                self.best_return = load_checkpoint(best).get("eval_return")
+
+    def save(self, state: dict[str, Any], eval_return: float | None = None) -> Path:
+        state = {**state, "format": FORMAT, "eval_return": eval_return}
+        path = self.dir / f"ckpt-{int(state['env_steps'])}.pt"
+        atomic_write(path, lambda f: torch.save(state, f))
+        write_pointer(self.dir / "latest", path.name)
+        if eval_return is not None and (self.best_return is None or eval_return >= self.best_return):
+            self.best_return = eval_return
+            write_pointer(self.dir / "best", path.name)
+        self._prune()
+        return path
+
+    def _prune(self) -> None:
+        keep = set(list_checkpoints(self.dir)[-self.keep :])
+        for pointer in ("latest", "best"):
+            with contextlib.suppress(OSError, CheckpointError):
+                keep.add(read_pointer(self.dir / pointer))
+        for p in list_checkpoints(self.dir):
+            if p not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+
+
+def resolve(path: str | Path) -> Path:
+    """A checkpoint file from a file, a ``latest``/``best`` pointer, a checkpoints dir or a run dir."""
+    p = Path(path)
+    if p.is_dir():
+        if (p / "checkpoints").is_dir():
+            p = p / "checkpoints"
+        for pointer in ("best", "latest"):
+            if (p / pointer).exists():
+                return resolve(p / pointer)
+        found = list_checkpoints(p)
+        if not found:
+            raise CheckpointError(f"no checkpoint found in {path}")
+        return found[-1]
+    if not p.exists():
+        raise CheckpointError(f"no checkpoint at {path}")
+    if not p.name.endswith(".pt"):
+        return read_pointer(p)
+    return p
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load and check a checkpoint; only tensors, numbers and strings are accepted from disk."""
+    file = resolve(path)
+    if file.exists() and not zipfile.is_zipfile(file):
+        raise CheckpointError(f"checkpoint {file} is truncated, corrupt or not a torch checkpoint")
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"no checkpoint at {file}") from None
+    except Exception as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"checkpoint {file} is corrupt or not an a3c-ray checkpoint ({reason})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{file} is not an a3c-ray checkpoint")
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {file} lacks {', '.join(missing)}")
+    state["path"] = str(file)
+    return state
+
+
+def load_latest_good(directory: str | Path) -> dict[str, Any]:
+    """The newest checkpoint in ``directory`` that loads; corrupt ones are skipped and reported."""
+    d = Path(directory)
+    errors = []
+    for p in reversed(list_checkpoints(d)):
+        try:
+            return load_checkpoint(p)
+        except CheckpointError as e:
+            errors.append(str(e))
+    detail = f": {'; '.join(errors)}" if errors else ""
+    raise CheckpointError(f"no loadable checkpoint in {d}{detail}")

@@ -1,0 +1,136 @@
+"""The ``a3c-ray`` command: ``train`` and ``eval``.
+
+Exit codes: 0 done, 1 internal failure, 2 bad input (one line on stderr, no traceback),
+130 interrupted after a final checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from a3c_ray.checkpoint import CheckpointError
+from a3c_ray.config import Config, ConfigError
+
+EXIT_BAD_INPUT = 2
+
+# Command-line flag -> config field. Every other field is reachable with --set or --config.
+TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
+    "--env": ("env.id", str, "gymnasium environment id (default CartPole-v1)"),
+    "--workers": ("run.workers", int, "number of Worker actors (default: one per CPU)"),
+    "--envs-per-worker": ("env.num_envs", int, "environments per Worker (K)"),
+    "--t-max": ("algo.t_max", int, "rollout length n per gradient push"),
+    "--max-steps": ("run.max_steps", int, "stop after this many env steps in total"),
+    "--target-return": ("run.target_return", float, "stop when the mean of the last 100 episode returns reaches this"),
+    "--time-limit": ("run.time_limit", float, "stop after this many seconds of training"),
+    "--seed": ("run.seed", int, "root random seed"),
+    "--run-dir": ("run.run_dir", str, "directory for config, checkpoints, TensorBoard and summary.json"),
+    "--lr": ("algo.lr", float, "learning rate"),
+    "--eval-every": ("monitor.eval_every", float, "seconds between evaluations and checkpoints"),
+}
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="a3c-ray", description="Distributed A3C on Ray.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    t = sub.add_parser("train", help="train an agent", description="Train an agent with A3C on Ray.")
+    for flag, (dest, typ, help_) in TRAIN_FLAGS.items():
+        t.add_argument(flag, dest=dest, type=typ, default=None, help=help_)
+    t.add_argument("--config", type=Path, help="YAML file of config sections (env, model, algo, run, monitor)")
+    t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="set any config field, e.g. --set algo.gamma=0.98 (repeatable)")
+    t.add_argument("--greedy", action="store_true", default=None, help="evaluate with the most likely action")
+    t.add_argument("--address", help="Ray cluster to attach to (default: RAY_ADDRESS, else an embedded Ray)")
+    t.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint", description="Evaluate a checkpoint.")
+    e.add_argument("checkpoint", help="a ckpt-*.pt file, a latest/best pointer, a checkpoints dir or a run dir")
+    e.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
+    e.add_argument("--seed", type=int, default=0, help="seed of the env and the action sampling")
+    e.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
+    e.add_argument("--video", type=Path, metavar="DIR", help="write mp4 videos of the episodes into DIR (needs moviepy)")
+    e.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    cfg = Config.load(args.config) if args.config else Config()
+    problems: list[str] = []
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        if not eq:
+            problems.append(f"--set {item}: expected FIELD=VALUE")
+            continue
+        try:
+            cfg.set(key.strip(), value)
+        except ConfigError as e:
+            problems.extend(e.problems)
+    for dest, _, _ in TRAIN_FLAGS.values():
+        value = getattr(args, dest)
+        if value is not None:
+            cfg.set(dest, value)
+    if args.greedy:
+        cfg.monitor.greedy = True
+    if args.no_progress:
+        cfg.run.progress = False
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from a3c_ray.driver import train
+
+    cfg = config_from_args(args)
+    result = train(cfg, address=args.address, overwrite=args.overwrite)
+    s = result.summary
+    print(json.dumps({k: s.get(k) for k in (
+        "stopped_because", "env_steps", "train_seconds", "mean_return_100", "best_eval_return",
+        "steps_to_target", "seconds_to_target", "checkpoint")}))
+    print(f"run directory: {result.run_dir}", file=sys.stderr)
+    for err in result.errors:
+        print(f"a3c-ray: {err}", file=sys.stderr)
+    return result.exit_code
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from a3c_ray.evaluate import evaluate_checkpoint
+
+    if args.episodes < 1:
+        raise UsageError("a3c-ray eval: --episodes must be >= 1")
+    res = evaluate_checkpoint(args.checkpoint, args.episodes, args.seed, args.greedy, args.video)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        print(f"{res['env_id']}: mean return {res['mean_return']:.2f} ± {res['std_return']:.2f} "
+              f"over {res['episodes']} episodes (mean length {res['mean_length']:.1f}) [{res['checkpoint']}]")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    commands: dict[str, Any] = {"train": cmd_train, "eval": cmd_eval}
+    try:
+        args = build_parser().parse_args(argv)
+        return int(commands[args.command](args))
+    except (UsageError, ConfigError, CheckpointError) as e:
+        print(f"a3c-ray: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

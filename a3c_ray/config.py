@@ -1,0 +1,300 @@
+"""Typed settings for a run: one dataclass per concern, one docstring per field.
+
+A config comes from the defaults, then an optional YAML file, then command-line overrides, in that
+order. ``validate`` gathers every problem before a run starts, so a user fixes them all at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """Bad user input in the config or on the command line; ``problems`` lists each one."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass
+class EnvConfig:
+    id: str = "CartPole-v1"
+    """A registered gymnasium environment id, e.g. ``CartPole-v1`` or ``ALE/Pong-v5``."""
+    num_envs: int = 4
+    """Environments per Worker, stepped together as one gymnasium vector env (K)."""
+    max_episode_steps: int | None = None
+    """Override of the env's own time limit; episodes cut by it are truncated, not terminated."""
+
+
+@dataclass
+class ModelConfig:
+    kind: str = "auto"
+    """Network body: ``mlp`` for vector observations; ``auto`` picks from the observation space."""
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    """Widths of the MLP's hidden layers."""
+    activation: str = "tanh"
+    """Activation of the MLP's hidden layers: ``tanh`` or ``relu``."""
+    lstm: bool = False
+    """Put an LSTM cell between the body and the heads (recurrent policy)."""
+    lstm_size: int = 256
+    """Hidden size of the LSTM cell."""
+
+
+@dataclass
+class AlgoConfig:
+    t_max: int = 8
+    """Rollout length n: steps per environment between two gradient pushes."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE(lambda); 1.0 gives the paper's plain n-step advantage R_t - V(s_t)."""
+    entropy_coef: float = 0.01
+    """Weight of the entropy bonus (beta in the paper)."""
+    value_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: float | None = 0.5
+    """Clip each pushed gradient to this global L2 norm on the ParameterServer; null disables."""
+    normalize_advantages: bool = False
+    """Standardise advantages within each rollout before the policy loss."""
+    optimizer: str = "adam"
+    """``rmsprop`` (statistics shared by all Workers, the paper's best variant) or ``adam``."""
+    lr: float = 1e-3
+    """Learning rate at the start of training."""
+    lr_anneal: bool = False
+    """Anneal the learning rate linearly to 0 over ``run.max_steps`` env steps."""
+    rmsprop_alpha: float = 0.99
+    """RMSProp decay of the squared-gradient average."""
+    optimizer_eps: float = 1e-5
+    """Epsilon of the optimizer's denominator (the paper's shared RMSProp uses 0.1)."""
+    max_staleness: int | None = None
+    """Drop gradients computed from weights older than this many versions; null keeps all."""
+
+
+@dataclass
+class RunConfig:
+    workers: int | None = None
+    """Number of Worker actors; null gives one per CPU of the cluster."""
+    max_steps: int = 1_000_000
+    """Stop after this many env steps, summed over all Workers."""
+    target_return: float | None = None
+    """Stop once the mean return of the last 100 training episodes reaches this; null never."""
+    time_limit: float | None = None
+    """Stop after this many seconds of training (from the first gradient applied); null never."""
+    seed: int = 0
+    """Root seed; every Worker's and the Monitor's seeds derive from it deterministically."""
+    run_dir: str | None = None
+    """Where config, checkpoints, TensorBoard events and summary.json go; default runs/<env>-<time>."""
+    worker_cpus: float = 1.0
+    """Logical CPUs each Worker asks Ray for."""
+    ps_cpus: float = 0.5
+    """Logical CPUs the ParameterServer asks for (a fraction, so it never starves Workers)."""
+    monitor_cpus: float = 0.5
+    """Logical CPUs the Monitor asks for."""
+    progress: bool = True
+    """Show a live progress bar on the terminal."""
+
+
+@dataclass
+class MonitorConfig:
+    eval_every: float = 5.0
+    """Seconds between evaluations (each one also writes a checkpoint)."""
+    eval_episodes: int = 5
+    """Episodes per evaluation."""
+    greedy: bool = False
+    """Evaluate with the most likely action instead of a sampled one."""
+    keep_checkpoints: int = 3
+    """Keep this many most recent checkpoints, plus the best by eval return."""
+    log_every: float = 1.0
+    """Seconds between TensorBoard writes of the training charts."""
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+
+    # -- conversion -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Config:
+        """Build a config from nested dicts; unknown sections or keys are errors."""
+        cfg = cls()
+        problems: list[str] = []
+        for section, values in (data or {}).items():
+            if section not in _SECTIONS:
+                problems.append(f"unknown config section '{section}' (known: {', '.join(_SECTIONS)})")
+                continue
+            if not isinstance(values, dict):
+                problems.append(f"config section '{section}' must be a mapping")
+                continue
+            for key, value in values.items():
+                try:
+                    cfg.set(f"{section}.{key}", value)
+                except ConfigError as e:
+                    problems.extend(e.problems)
+        if problems:
+            raise ConfigError(problems)
+        return cfg
+
+    @classmethod
+    def load(cls, path: str | Path) -> Config:
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise ConfigError([f"cannot read config file {path}: {e.strerror}"]) from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError([f"config file {path} is not valid YAML: {e}".splitlines()[0]]) from None
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError([f"config file {path} must hold a mapping of sections"])
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    # -- field access -----------------------------------------------------------------------
+    def set(self, dotted: str, value: Any) -> None:
+        """Set ``section.field``; a string value is parsed as YAML (``--set algo.lr=3e-4``)."""
+        section, _, name = dotted.partition(".")
+        obj = getattr(self, section, None) if section in _SECTIONS else None
+        if obj is None or not name:
+            raise ConfigError([f"unknown config field '{dotted}'"])
+        hints = _field_types(type(obj))
+        if name not in hints:
+            raise ConfigError([f"unknown config field '{dotted}' (known: {', '.join(hints)})"])
+        if isinstance(value, str) and hints[name] is not str:
+            value = yaml.safe_load(value) if value.strip() else None
+        ok, coerced = _coerce(value, hints[name])
+        if not ok:
+            raise ConfigError([f"{dotted}: expected {_type_name(hints[name])}, got {value!r}"])
+        setattr(obj, name, coerced)
+
+    def get(self, dotted: str) -> Any:
+        section, _, name = dotted.partition(".")
+        return getattr(getattr(self, section), name)
+
+    # -- checks -----------------------------------------------------------------------------
+    def validate(self, check_env: bool = True) -> list[str]:
+        """Every problem with the values, each naming its field; empty when the config is good."""
+        p: list[str] = []
+        e, m, a, r, mon = self.env, self.model, self.algo, self.run, self.monitor
+
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                p.append(msg)
+
+        need(e.num_envs >= 1, f"env.num_envs: must be >= 1, got {e.num_envs}")
+        need(e.max_episode_steps is None or e.max_episode_steps >= 1,
+             f"env.max_episode_steps: must be >= 1 or null, got {e.max_episode_steps}")
+        need(m.kind in MODEL_KINDS, f"model.kind: must be one of {', '.join(MODEL_KINDS)}, got '{m.kind}'")
+        need(len(m.hidden_sizes) >= 1 and all(h >= 1 for h in m.hidden_sizes),
+             f"model.hidden_sizes: must be a non-empty list of positive widths, got {m.hidden_sizes}")
+        need(m.activation in ("tanh", "relu"), f"model.activation: must be tanh or relu, got '{m.activation}'")
+        need(m.lstm_size >= 1, f"model.lstm_size: must be >= 1, got {m.lstm_size}")
+        need(a.t_max >= 1, f"algo.t_max: must be >= 1, got {a.t_max}")
+        need(0.0 <= a.gamma <= 1.0, f"algo.gamma: must be in [0, 1], got {a.gamma}")
+        need(0.0 <= a.gae_lambda <= 1.0, f"algo.gae_lambda: must be in [0, 1], got {a.gae_lambda}")
+        need(a.entropy_coef >= 0, f"algo.entropy_coef: must be >= 0, got {a.entropy_coef}")
+        need(a.value_coef > 0, f"algo.value_coef: must be > 0, got {a.value_coef}")
+        need(a.max_grad_norm is None or a.max_grad_norm > 0,
+             f"algo.max_grad_norm: must be > 0 or null, got {a.max_grad_norm}")
+        need(a.optimizer in OPTIMIZERS, f"algo.optimizer: must be one of {', '.join(OPTIMIZERS)}, got '{a.optimizer}'")
+        need(a.lr > 0 and math.isfinite(a.lr), f"algo.lr: must be a positive number, got {a.lr}")
+        need(0.0 < a.rmsprop_alpha < 1.0, f"algo.rmsprop_alpha: must be in (0, 1), got {a.rmsprop_alpha}")
+        need(a.optimizer_eps > 0, f"algo.optimizer_eps: must be > 0, got {a.optimizer_eps}")
+        need(a.max_staleness is None or a.max_staleness >= 0,
+             f"algo.max_staleness: must be >= 0 or null, got {a.max_staleness}")
+        need(r.workers is None or r.workers >= 1, f"run.workers: must be >= 1, got {r.workers}")
+        need(r.max_steps >= 1, f"run.max_steps: must be >= 1, got {r.max_steps}")
+        need(r.target_return is None or math.isfinite(r.target_return),
+             f"run.target_return: must be a finite number or null, got {r.target_return}")
+        need(r.time_limit is None or r.time_limit > 0, f"run.time_limit: must be > 0 seconds or null, got {r.time_limit}")
+        need(r.seed >= 0, f"run.seed: must be >= 0, got {r.seed}")
+        need(r.worker_cpus > 0, f"run.worker_cpus: must be > 0, got {r.worker_cpus}")
+        need(r.ps_cpus >= 0, f"run.ps_cpus: must be >= 0, got {r.ps_cpus}")
+        need(r.monitor_cpus >= 0, f"run.monitor_cpus: must be >= 0, got {r.monitor_cpus}")
+        need(mon.eval_every > 0, f"monitor.eval_every: must be > 0 seconds, got {mon.eval_every}")
+        need(mon.eval_episodes >= 1, f"monitor.eval_episodes: must be >= 1, got {mon.eval_episodes}")
+        need(mon.keep_checkpoints >= 1, f"monitor.keep_checkpoints: must be >= 1, got {mon.keep_checkpoints}")
+        need(mon.log_every > 0, f"monitor.log_every: must be > 0 seconds, got {mon.log_every}")
+        if check_env:
+            from a3c_ray.envs import check_env_id
+
+            problem = check_env_id(e.id)
+            if problem:
+                p.append(f"env.id: {problem}")
+        return p
+
+    def check(self, check_env: bool = True) -> None:
+        problems = self.validate(check_env=check_env)
+        if problems:
+            raise ConfigError(problems)
+
+
+MODEL_KINDS = ("auto", "mlp")
+OPTIMIZERS = ("rmsprop", "adam")
+_SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_name(tp: Any) -> str:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
+    if typing.get_origin(tp) is list:
+        return f"a list of {_type_name(args[0])}"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        tp, str(tp)
+    )
+
+
+def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Check ``value`` against the annotation ``tp``; ints widen to floats, nothing else converts."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            ok, v = _coerce(value, arg)
+            if ok:
+                return True, v
+        return False, value
+    if tp is type(None):
+        return value is None, None
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            return False, value
+        out = []
+        for item in value:
+            ok, v = _coerce(item, typing.get_args(tp)[0])
+            if not ok:
+                return False, value
+            out.append(v)
+        return True, out
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if tp is str:
+        return isinstance(value, str), value
+    return False, value

@@ -1,0 +1,69 @@
+"""``a3c-ray eval``: play a checkpoint's policy for N episodes, optionally recording videos."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from a3c_ray.checkpoint import CheckpointError, load_checkpoint
+from a3c_ray.config import ConfigError, EnvConfig, ModelConfig
+from a3c_ray.envs import check_env_id, make_eval_env
+from a3c_ray.evaluation import run_episodes, summarize
+from a3c_ray.models import ActorCritic, build_model, num_params, set_flat_params
+
+
+def model_from_checkpoint(state: dict[str, Any]) -> ActorCritic:
+    """Rebuild the network a checkpoint was saved from and load its weights."""
+    try:
+        cfg = ModelConfig(**state["model"])
+        model = build_model(cfg, tuple(state["obs_shape"]), int(state["n_actions"]))
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"checkpoint {state['path']} has an unusable model description ({e})") from None
+    params = state["params"]
+    if params.numel() != num_params(model):
+        raise CheckpointError(
+            f"checkpoint {state['path']} holds {params.numel()} parameters, its model needs {num_params(model)}"
+        )
+    set_flat_params(model, params.numpy())
+    return model
+
+
+def evaluate_checkpoint(
+    path: str | Path, episodes: int, seed: int = 0, greedy: bool = False, video_dir: Path | None = None
+) -> dict[str, Any]:
+    state = load_checkpoint(path)
+    env_id = str(state["env_id"])
+    problem = check_env_id(env_id)
+    if problem:
+        raise ConfigError([f"checkpoint {state['path']}: {problem}"])
+    model = model_from_checkpoint(state)
+    env_cfg = EnvConfig(id=env_id, max_episode_steps=state.get("env", {}).get("max_episode_steps"))
+    if video_dir is not None:
+        if importlib.util.find_spec("moviepy") is None:
+            raise ConfigError(["--video needs moviepy: pip install 'a3c-ray[video]'"])
+        env: gym.Env = gym.wrappers.RecordVideo(
+            make_eval_env(env_cfg, render_mode="rgb_array"), str(video_dir),
+            episode_trigger=lambda _: True, name_prefix="eval", disable_logger=True,
+        )
+    else:
+        env = make_eval_env(env_cfg)
+    torch.set_num_threads(1)
+    try:
+        eps = run_episodes(model, env, episodes, seed, greedy=greedy)
+    finally:
+        env.close()
+    mean, std, mean_len = summarize(eps)
+    return {
+        "env_id": env_id,
+        "checkpoint": state["path"],
+        "env_steps": int(state["env_steps"]),
+        "episodes": episodes,
+        "mean_return": mean,
+        "std_return": std,
+        "mean_length": mean_len,
+        "returns": [e.total_reward for e in eps],
+    }

@@ -1,0 +1,48 @@
+"""Policy evaluation on whole episodes, shared by the Monitor and ``a3c-ray eval``."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from a3c_ray.models import ActorCritic
+
+
+class Episode(NamedTuple):
+    total_reward: float
+    length: int
+
+
+@torch.no_grad()
+def run_episodes(
+    model: ActorCritic, env: gym.Env, episodes: int, seed: int, greedy: bool = False
+) -> list[Episode]:
+    """Play ``episodes`` full episodes; env and action sampling are seeded from ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    obs, _ = env.reset(seed=seed)
+    for _ in range(episodes):
+        state = model.initial_state(1)
+        total, length, done = 0.0, 0, False
+        while not done:
+            logits, _, state = model(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), state)
+            if greedy:
+                action = int(logits.argmax(-1))
+            else:
+                action = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            length += 1
+            done = terminated or truncated
+        out.append(Episode(total, length))
+        obs, _ = env.reset()
+    return out
+
+
+def summarize(episodes: list[Episode]) -> tuple[float, float, float]:
+    """Mean and standard deviation of the total reward, and the mean length."""
+    rewards = np.array([e.total_reward for e in episodes])
+    return float(rewards.mean()), float(rewards.std()), float(np.mean([e.length for e in episodes]))

@@ -1,0 +1,117 @@
+"""The Monitor: training charts, periodic evaluation of the newest weights, and checkpoints.
+
+The driver calls ``tick`` about every ``monitor.log_every`` seconds. Each tick drains the
+ParameterServer's training statistics into TensorBoard; every ``monitor.eval_every`` seconds it
+also evaluates the newest weights on the Monitor's own environment and saves a checkpoint of the
+ParameterServer's full state (weights, optimizer statistics, counters).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+from tensorboardX import SummaryWriter
+
+from a3c_ray import metrics as M
+from a3c_ray.checkpoint import CheckpointManager
+from a3c_ray.config import Config
+from a3c_ray.envs import derive_seeds, make_eval_env
+from a3c_ray.evaluation import run_episodes, summarize
+from a3c_ray.models import build_model, set_flat_params
+
+
+class ParameterServerLike(Protocol):
+    def drain_stats(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]: ...
+
+
+class Monitor:
+    def __init__(self, cfg: Config, run_dir: str | Path, obs_shape: tuple[int, ...], n_actions: int,
+                 ps: ParameterServerLike):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.ps = ps
+        self.writer = SummaryWriter(str(self.run_dir / "tb"), flush_secs=10)
+        self.writer.add_text("config", "```\n" + yaml.safe_dump(cfg.to_dict(), sort_keys=False) + "```")
+        self.ckpts = CheckpointManager(self.run_dir / "checkpoints", cfg.monitor.keep_checkpoints)
+        self.env = make_eval_env(cfg.env)
+        self.model = build_model(cfg.model, obs_shape, n_actions)
+        self.n_evals = 0
+        self.last_eval_time = time.monotonic()
+        self.last_eval_return: float | None = None
+        self.best_eval_return: float | None = self.ckpts.best_return
+        self.last_checkpoint: str | None = None
+        self._last_steps: int | None = None
+        self._last_time = time.monotonic()
+
+    def tick(self, force_eval: bool = False) -> dict[str, Any]:
+        """Chart what happened since the last tick; evaluate and checkpoint when due (or forced)."""
+        self.log_training(self.ps.drain_stats())
+        if force_eval or time.monotonic() - self.last_eval_time >= self.cfg.monitor.eval_every:
+            self.evaluate_and_checkpoint()
+        return self.report()
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "evals": self.n_evals,
+            "last_eval_return": self.last_eval_return,
+            "best_eval_return": self.best_eval_return,
+            "checkpoint": self.last_checkpoint,
+        }
+
+    def log_training(self, s: dict[str, Any]) -> None:
+        w, step = self.writer, s["env_steps"]
+        for at, ret, length in s["episodes"]:
+            w.add_scalar(M.EPISODIC_RETURN, ret, at)
+            w.add_scalar(M.EPISODIC_LENGTH, length, at)
+        now = time.monotonic()
+        if self._last_steps is not None and now > self._last_time:
+            w.add_scalar(M.SPS, (step - self._last_steps) / (now - self._last_time), step)
+        self._last_steps, self._last_time = step, now
+        for key, tag in M.LOSS_TAGS.items():
+            if key in s["means"]:
+                w.add_scalar(tag, s["means"][key], step)
+        if s["updates"]:
+            w.add_scalar(M.GRAD_NORM, s["grad_norm"], step)
+            w.add_scalar(M.STALENESS, s["staleness_mean"], step)
+        w.add_scalar(M.UPDATES_PER_SECOND, s["updates_per_second"], step)
+
+    def evaluate_and_checkpoint(self) -> None:
+        state = self.ps.state_dict()
+        set_flat_params(self.model, state["params"].numpy())
+        seed = derive_seeds(self.cfg.run.seed, 2, self.n_evals)[0]
+        episodes = run_episodes(self.model, self.env, self.cfg.monitor.eval_episodes, seed,
+                                greedy=self.cfg.monitor.greedy)
+        mean, _, mean_len = summarize(episodes)
+        step = int(state["env_steps"])
+        self.writer.add_scalar(M.EVAL_RETURN, mean, step)
+        self.writer.add_scalar(M.EVAL_LENGTH, mean_len, step)
+        self.writer.flush()
+        self.n_evals += 1
+        self.last_eval_time = time.monotonic()
+        self.last_eval_return = mean
+        if self.best_eval_return is None or mean >= self.best_eval_return:
+            self.best_eval_return = mean
+        self.last_checkpoint = str(self.ckpts.save(state, eval_return=mean))
+
+    def close(self) -> None:
+        self.writer.close()
+        self.env.close()
+
+
+class _MonitorShell(Monitor):
+    def __init__(self, cfg: Config, run_dir: str, obs_shape: tuple[int, ...], n_actions: int, ps: Any):
+        from a3c_ray.remote import RemoteProxy, one_torch_thread
+
+        one_torch_thread()
+        Monitor.__init__(self, cfg, run_dir, obs_shape, n_actions, RemoteProxy(ps))
+
+
+def remote_class() -> Any:
+    from a3c_ray.remote import actor_class
+
+    return actor_class(_MonitorShell, "Monitor")
+

@@ -1,0 +1,289 @@
+"""The ParameterServer: the one writer of the global weights.
+
+Workers push gradients computed from the weights of some version v. The server checks each
+gradient (finite, not too stale), clips it to a global norm, and applies it with one optimizer
+over one flat parameter vector, so RMSProp's or Adam's statistics are shared by every Worker (the
+paper's "shared RMSProp"). It also keeps the run's counters and decides when training stops.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from a3c_ray.config import AlgoConfig, Config
+
+STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
+STOP_INTERRUPTED, STOP_ERROR = "interrupted", "error"
+
+
+@dataclass
+class GradientPush:
+    """What a Worker sends after each rollout."""
+
+    grad: np.ndarray
+    """Flat float32 gradient of the loss."""
+    version: int
+    """Version of the weights the gradient was computed from."""
+    env_steps: int
+    """Env steps taken in this rollout (t_max x K)."""
+    worker: int = 0
+    episode_returns: list[float] = field(default_factory=list)
+    """Undiscounted returns of the episodes that finished during the rollout."""
+    episode_lengths: list[int] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)
+    """Loss terms and timings of the rollout, for the charts."""
+
+
+class PushReply(NamedTuple):
+    weights: Any
+    """The newest flat weights (or an object ref to them) when the version moved past the Worker's; else None."""
+    version: int
+    stop: bool
+    applied: bool
+
+
+def make_optimizer(params: list[torch.Tensor], algo: AlgoConfig) -> torch.optim.Optimizer:
+    if algo.optimizer == "rmsprop":
+        return torch.optim.RMSprop(params, lr=algo.lr, alpha=algo.rmsprop_alpha, eps=algo.optimizer_eps)
+    return torch.optim.Adam(params, lr=algo.lr, eps=algo.optimizer_eps)
+
+
+class ParameterServer:
+    def __init__(self, cfg: Config, init_params: np.ndarray, meta: dict[str, Any] | None = None):
+        self.cfg = cfg
+        self.meta = dict(meta or {})
+        self.flat = torch.nn.Parameter(torch.tensor(np.asarray(init_params, dtype=np.float32)))
+        self.optimizer = make_optimizer([self.flat], cfg.algo)
+        self.version = 0
+        self.env_steps = 0
+        self.gradients_applied = 0
+        self.dropped_nonfinite = 0
+        self.dropped_stale = 0
+        self.episodes = 0
+        self.recent_returns: deque[float] = deque(maxlen=100)
+        self.staleness_sum = 0
+        self.staleness_max = 0
+        self.train_seconds_before = 0.0  # carried over from a resumed run
+        self.t_first: float | None = None
+        self.stop_reason: str | None = None
+        self.steps_to_target: int | None = None
+        self.seconds_to_target: float | None = None
+        self._pending = _Window()
+        self._weights_cache: tuple[int, np.ndarray] | None = None
+
+    # -- the hot path ------------------------------------------------------------------------
+    def push(self, p: GradientPush) -> PushReply:
+        self.env_steps += p.env_steps
+        self._record_episodes(p)
+        staleness = self.version - p.version
+        grad = torch.tensor(p.grad, dtype=torch.float32)  # a copy: arrays from Ray are read-only
+        applied = False
+        if grad.shape != self.flat.shape:
+            raise ValueError(f"gradient of size {grad.numel()} for parameters of size {self.flat.numel()}")
+        if not bool(torch.isfinite(grad).all()):
+            self.dropped_nonfinite += 1
+        elif self.cfg.algo.max_staleness is not None and staleness > self.cfg.algo.max_staleness:
+            self.dropped_stale += 1
+        else:
+            self._apply(grad, staleness)
+            applied = True
+        self._pending.add_push(p.stats)
+        self._check_stop()
+        weights = self.weights() if self.version != p.version else None
+        return PushReply(weights, self.version, self.stop_reason is not None, applied)
+
+    def _apply(self, grad: torch.Tensor, staleness: int) -> None:
+        if self.t_first is None:
+            self.t_first = time.monotonic()
+        norm = float(grad.norm())
+        max_norm = self.cfg.algo.max_grad_norm
+        if max_norm is not None and norm > max_norm:
+            grad = grad * (max_norm / (norm + 1e-6))
+        if self.cfg.algo.lr_anneal:
+            frac = max(0.0, 1.0 - self.env_steps / self.cfg.run.max_steps)
+            for g in self.optimizer.param_groups:
+                g["lr"] = self.cfg.algo.lr * frac
+        self.flat.grad = grad
+        self.optimizer.step()
+        self.version += 1
+        self.gradients_applied += 1
+        self.staleness_sum += staleness
+        self.staleness_max = max(self.staleness_max, staleness)
+        self._pending.add_update(staleness, norm)
+
+    def _record_episodes(self, p: GradientPush) -> None:
+        for r, length in zip(p.episode_returns, p.episode_lengths, strict=True):
+            self.recent_returns.append(float(r))
+            self.episodes += 1
+            self._pending.episodes.append((self.env_steps, float(r), int(length)))
+
+    def _check_stop(self) -> None:
+        if self.stop_reason is not None:
+            return
+        target = self.cfg.run.target_return
+        if target is not None and self.target_reached():
+            self.steps_to_target = self.env_steps
+            self.seconds_to_target = self.train_seconds()
+            self.stop_reason = STOP_TARGET
+        elif self.env_steps >= self.cfg.run.max_steps:
+            self.stop_reason = STOP_MAX_STEPS
+        elif self.cfg.run.time_limit is not None and self.train_seconds() >= self.cfg.run.time_limit:
+            self.stop_reason = STOP_TIME_LIMIT
+
+    # -- reads -------------------------------------------------------------------------------
+    def target_reached(self) -> bool:
+        target = self.cfg.run.target_return
+        return (
+            target is not None
+            and len(self.recent_returns) == self.recent_returns.maxlen
+            and self.mean_return_100() >= target
+        )
+
+    def mean_return_100(self) -> float:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
+
+    def train_seconds(self) -> float:
+        now = 0.0 if self.t_first is None else time.monotonic() - self.t_first
+        return self.train_seconds_before + now
+
+    def weights(self) -> np.ndarray:
+        """The current flat weights; one copy per version, shared by every reader of it."""
+        if self._weights_cache is None or self._weights_cache[0] != self.version:
+            self._weights_cache = (self.version, self.flat.detach().numpy().copy())
+        return self._weights_cache[1]
+
+    def get_weights(self) -> tuple[np.ndarray, int]:
+        return self.weights(), self.version
+
+    def progress(self) -> dict[str, Any]:
+        n = max(self.gradients_applied, 1)
+        return {
+            "env_steps": self.env_steps,
+            "version": self.version,
+            "gradients_applied": self.gradients_applied,
+            "gradients_dropped": self.dropped_nonfinite + self.dropped_stale,
+            "dropped_nonfinite": self.dropped_nonfinite,
+            "dropped_stale": self.dropped_stale,
+            "episodes": self.episodes,
+            "mean_return_100": self.mean_return_100(),
+            "staleness_mean": self.staleness_sum / n,
+            "staleness_max": self.staleness_max,
+            "train_seconds": self.train_seconds(),
+            "stop_reason": self.stop_reason,
+            "steps_to_target": self.steps_to_target,
+            "seconds_to_target": self.seconds_to_target,
+        }
+
+    def drain_stats(self) -> dict[str, Any]:
+        """Training statistics gathered since the last call, for the Monitor's charts."""
+        window, self._pending = self._pending, _Window()
+        return {**window.summary(), "env_steps": self.env_steps, "version": self.version}
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint needs: weights, optimizer statistics, version and counters."""
+        return {
+            **self.meta,
+            "params": self.flat.detach().clone(),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "env_steps": self.env_steps,
+            "gradients_applied": self.gradients_applied,
+            "gradients_dropped": self.dropped_nonfinite + self.dropped_stale,
+            "episodes": self.episodes,
+            "recent_returns": torch.tensor(list(self.recent_returns), dtype=torch.float64),
+            "train_seconds": self.train_seconds(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            self.flat.copy_(state["params"])
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state.get("version", 0))
+        self.env_steps = int(state.get("env_steps", 0))
+        self.gradients_applied = int(state.get("gradients_applied", 0))
+        self.episodes = int(state.get("episodes", 0))
+        self.recent_returns.extend(float(x) for x in state.get("recent_returns", []))
+        self.train_seconds_before = float(state.get("train_seconds", 0.0))
+
+
+class _Window:
+    """Sums over the pushes and updates between two drains."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.episodes: list[tuple[int, float, int]] = []
+        self.pushes = 0
+        self.updates = 0
+        self.staleness_sum = 0
+        self.staleness_max = 0
+        self.grad_norm_sum = 0.0
+        self.stat_sums: dict[str, float] = {}
+
+    def add_push(self, stats: dict[str, float]) -> None:
+        self.pushes += 1
+        for k, v in stats.items():
+            self.stat_sums[k] = self.stat_sums.get(k, 0.0) + float(v)
+
+    def add_update(self, staleness: int, grad_norm: float) -> None:
+        self.updates += 1
+        self.staleness_sum += staleness
+        self.staleness_max = max(self.staleness_max, staleness)
+        self.grad_norm_sum += grad_norm
+
+    def summary(self) -> dict[str, Any]:
+        seconds = max(time.monotonic() - self.t0, 1e-9)
+        pushes, updates = max(self.pushes, 1), max(self.updates, 1)
+        return {
+            "seconds": seconds,
+            "episodes": self.episodes,
+            "pushes": self.pushes,
+            "updates": self.updates,
+            "updates_per_second": self.updates / seconds,
+            "staleness_mean": self.staleness_sum / updates if self.updates else None,
+            "staleness_max": self.staleness_max if self.updates else None,
+            "grad_norm": self.grad_norm_sum / updates if self.updates else None,
+            "means": {k: v / pushes for k, v in self.stat_sums.items()},
+        }
+
+
+# Weights above this size are sent as one object-store ref per version, which every Worker on a
+# node reads from shared memory, instead of being serialized into each reply.
+WEIGHTS_BY_REF_BYTES = 1 << 20
+
+
+class _ParameterServerShell(ParameterServer):
+    def __init__(self, *args: Any, **kwargs: Any):
+        from a3c_ray.remote import one_torch_thread
+
+        one_torch_thread()
+        ParameterServer.__init__(self, *args, **kwargs)
+        self._ref: tuple[int, Any] | None = None
+
+    def push(self, p: GradientPush) -> PushReply:
+        reply = ParameterServer.push(self, p)
+        if reply.weights is not None and reply.weights.nbytes > WEIGHTS_BY_REF_BYTES:
+            import ray
+
+            if self._ref is None or self._ref[0] != reply.version:
+                self._ref = (reply.version, ray.put(reply.weights))
+            reply = reply._replace(weights=self._ref[1])
+        return reply
+
+
+def remote_class() -> Any:
+    from a3c_ray.remote import actor_class
+
+    return actor_class(_ParameterServerShell, "ParameterServer")

@@ -1,0 +1,220 @@
+"""The Worker: n-step rollouts on K environments, and the actor-critic gradient of each.
+
+One training step (Mnih et al. 2016, Algorithm S3, with K envs batched in one forward pass):
+run ``t_max`` steps of every env with the current local weights, compute returns bootstrapped from
+V(s_T) (and from V(final_obs) where an episode was truncated), take the gradient of the loss, push
+it to the ParameterServer and take the newer weights it sends back, all in one round trip.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from a3c_ray.config import Config
+from a3c_ray.envs import derive_seeds, make_vector_env
+from a3c_ray.losses import actor_critic_loss
+from a3c_ray.models import State, build_model, get_flat_grad, set_flat_params
+from a3c_ray.parameter_server import GradientPush, PushReply
+from a3c_ray.returns import gae
+
+
+class Rollout(NamedTuple):
+    obs: np.ndarray
+    """Observations s_0 .. s_{T-1}, [T, K, *obs_shape]."""
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    values: np.ndarray
+    """V(s_t) under the weights that acted, [T, K]."""
+    final_values: np.ndarray
+    """V(final_obs) where the transition truncated an episode, else 0, [T, K]."""
+    last_values: np.ndarray
+    """V(s_T), [K]."""
+    resets: np.ndarray
+    """True where s_t starts a new episode (recurrent state is zeroed before it), [T, K]."""
+    initial_state: State
+    episode_returns: list[float]
+    episode_lengths: list[int]
+
+
+def sample_actions(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+
+
+class Worker:
+    def __init__(self, cfg: Config, index: int, obs_shape: tuple[int, ...], n_actions: int):
+        self.cfg = cfg
+        self.index = index
+        k = cfg.env.num_envs
+        seeds = derive_seeds(cfg.run.seed, 1, index, n=k + 1)
+        self.generator = torch.Generator().manual_seed(seeds[-1])
+        self.envs = make_vector_env(cfg.env)
+        self.obs, _ = self.envs.reset(seed=seeds[:k])
+        self.model = build_model(cfg.model, obs_shape, n_actions)
+        self.version = -1
+        self.state = self.model.initial_state(k)
+        self.reset_next = np.zeros(k, dtype=bool)
+        self.env_steps = 0
+        self.pushes = 0
+        self.timings = {"env": 0.0, "forward": 0.0, "backward": 0.0, "wait": 0.0}
+
+    def set_weights(self, flat: np.ndarray, version: int) -> None:
+        set_flat_params(self.model, flat)
+        self.version = version
+
+    # -- rollout -----------------------------------------------------------------------------
+    def _act(self, obs: np.ndarray, state: State, reset: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, State]:
+        t0 = time.perf_counter()
+        resets = torch.from_numpy(reset) if self.model.is_recurrent else None
+        logits, value, state = self.model(torch.as_tensor(obs, dtype=torch.float32), state, resets)
+        self.timings["forward"] += time.perf_counter() - t0
+        return logits, value, state
+
+    @torch.no_grad()
+    def rollout(self) -> Rollout:
+        t_max, k = self.cfg.algo.t_max, self.cfg.env.num_envs
+        obs_buf = np.empty((t_max, k, *self.obs.shape[1:]), dtype=np.float32)
+        actions = np.empty((t_max, k), dtype=np.int64)
+        rewards = np.empty((t_max, k), dtype=np.float32)
+        terminated = np.empty((t_max, k), dtype=bool)
+        truncated = np.empty((t_max, k), dtype=bool)
+        values = np.empty((t_max, k), dtype=np.float32)
+        resets = np.empty((t_max, k), dtype=bool)
+        final_values = np.zeros((t_max, k), dtype=np.float32)
+        initial_state = tuple(s.clone() for s in self.state)
+        ep_returns: list[float] = []
+        ep_lengths: list[int] = []
+        for t in range(t_max):
+            obs_buf[t] = self.obs
+            resets[t] = self.reset_next
+            logits, value, self.state = self._act(self.obs, self.state, self.reset_next)
+            action = sample_actions(logits, self.generator).numpy()
+            t0 = time.perf_counter()
+            self.obs, reward, term, trunc, info = self.envs.step(action)
+            self.timings["env"] += time.perf_counter() - t0
+            actions[t], rewards[t], terminated[t], truncated[t], values[t] = action, reward, term, trunc, value.numpy()
+            self.reset_next = term | trunc
+            if self.reset_next.any():
+                final_values[t] = self._final_values(info, trunc)
+                ep = info["final_info"]["episode"]
+                done = info["final_info"]["_episode"]
+                ep_returns += [float(x) for x in ep["r"][done]]
+                ep_lengths += [int(x) for x in ep["l"][done]]
+        _, last_values, _ = self._act(self.obs, self.state, self.reset_next)
+        self.env_steps += t_max * k
+        return Rollout(obs_buf, actions, rewards, terminated, truncated, values, final_values,
+                       last_values.numpy(), resets, initial_state, ep_returns, ep_lengths)
+
+    def _final_values(self, info: dict[str, Any], truncated: np.ndarray) -> np.ndarray:
+        """V(final_obs) for envs whose episode was truncated this step (bootstrap), else 0."""
+        out = np.zeros(len(truncated), dtype=np.float32)
+        idx = np.flatnonzero(truncated)
+        if idx.size:
+            final = np.stack([info["final_obs"][i] for i in idx]).astype(np.float32)
+            # The state after this step is the one that would have read final_obs next.
+            state = tuple(s[idx] for s in self.state)
+            _, v, _ = self._act(final, state, np.zeros(idx.size, dtype=bool))
+            out[idx] = v.numpy()
+        return out
+
+    # -- gradient ----------------------------------------------------------------------------
+    def compute_gradient(self, ro: Rollout) -> tuple[np.ndarray, dict[str, float]]:
+        a = self.cfg.algo
+        t0 = time.perf_counter()
+        targets = gae(ro.rewards, ro.terminated, ro.truncated, ro.values, ro.final_values,
+                      ro.last_values, a.gamma, a.gae_lambda)
+        adv = targets.advantages.reshape(-1)
+        if a.normalize_advantages and adv.size > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        logits, values = self.model.forward_sequence(
+            torch.from_numpy(ro.obs), ro.initial_state, torch.from_numpy(ro.resets)
+        )
+        out = actor_critic_loss(
+            logits.reshape(-1, logits.shape[-1]),
+            values.reshape(-1),
+            torch.from_numpy(ro.actions.reshape(-1)),
+            torch.from_numpy(targets.returns.reshape(-1)),
+            torch.from_numpy(adv),
+            a.value_coef,
+            a.entropy_coef,
+        )
+        self.model.zero_grad(set_to_none=False)
+        out.loss.backward()
+        grad = get_flat_grad(self.model)
+        self.timings["backward"] += time.perf_counter() - t0
+        stats = {
+            "policy_loss": float(out.policy_loss),
+            "value_loss": float(out.value_loss),
+            "entropy": float(out.entropy),
+        }
+        return grad, stats
+
+    def train_step(self) -> GradientPush:
+        ro = self.rollout()
+        grad, stats = self.compute_gradient(ro)
+        return GradientPush(
+            grad=grad,
+            version=self.version,
+            env_steps=ro.actions.size,
+            worker=self.index,
+            episode_returns=ro.episode_returns,
+            episode_lengths=ro.episode_lengths,
+            stats=stats,
+        )
+
+    def handle_reply(self, reply: PushReply) -> None:
+        if reply.weights is not None:
+            self.set_weights(np.asarray(reply.weights), reply.version)
+
+    def run(self, push: Callable[[GradientPush], PushReply]) -> dict[str, Any]:
+        """Train until the ParameterServer says stop; ``push`` makes the round trip."""
+        while True:
+            p = self.train_step()
+            t0 = time.perf_counter()
+            reply = push(p)
+            self.handle_reply(reply)
+            self.timings["wait"] += time.perf_counter() - t0
+            self.pushes += 1
+            if reply.stop:
+                break
+        return {"worker": self.index, "env_steps": self.env_steps, "pushes": self.pushes, "timings": dict(self.timings)}
+
+
+class _WorkerShell(Worker):
+    def __init__(self, *args: Any, **kwargs: Any):
+        from a3c_ray.remote import one_torch_thread
+
+        one_torch_thread()
+        Worker.__init__(self, *args, **kwargs)
+
+    def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def train(self, ps: Any) -> dict[str, Any]:
+        """Pull the newest weights from the ParameterServer actor ``ps``, then train until it says stop."""
+        import ray
+
+        from a3c_ray.remote import resolve
+
+        weights, version = ray.get(ps.get_weights.remote())
+        self.set_weights(resolve(weights), version)
+
+        def push(p: GradientPush) -> PushReply:
+            reply = ray.get(ps.push.remote(p))
+            return reply._replace(weights=resolve(reply.weights))
+
+        return {**self.run(push), "node_id": self.node_id()}
+
+
+def remote_class() -> Any:
+    from a3c_ray.remote import actor_class
+
+    return actor_class(_WorkerShell, "Worker")
