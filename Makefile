@@ -6,9 +6,9 @@ BIN := $(VENV)/bin
 # without pulling a CUDA build. On a GPU machine: make venv TORCH_SPEC="torch==2.14.1"
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,atari
-TRAIN_ARGS ?= --env CartPole-v1
+TRAIN_ARGS ?= --env CartPole-v1 --target-return 450
 
-.PHONY: venv train test lint typecheck unit bench clean
+.PHONY: venv train test lint typecheck unit bench clean docs
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,3 +40,8 @@ bench: venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
+
+# docs/configuration.md's table of fields is generated from the dataclasses' docstrings.
+docs: venv
+	$(BIN)/python -c "import pathlib, a3c_ray.config as c; p = pathlib.Path('docs/configuration.md'); \
+	head = p.read_text().split('## Every field')[0]; p.write_text(head + '## Every field\n\n' + c.markdown_table())"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -178,7 +179,7 @@ class Config:
         if name not in hints:
             raise ConfigError([f"unknown config field '{dotted}' (known: {', '.join(hints)})"])
         if isinstance(value, str) and hints[name] is not str:
-            value = yaml.safe_load(value) if value.strip() else None
+            value = _parse_scalar(value)
         ok, coerced = _coerce(value, hints[name])
         if not ok:
             raise ConfigError([f"{dotted}: expected {_type_name(hints[name])}, got {value!r}"])
@@ -255,12 +256,27 @@ def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def _parse_scalar(text: str) -> Any:
+    """A command-line value as YAML, except that '3e-4' is a number (YAML 1.1 wants '3.0e-4')."""
+    if not text.strip():
+        return None
+    try:
+        return float(text) if "e" in text.lower() and not text.strip().isalpha() else yaml.safe_load(text)
+    except ValueError:
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+    except yaml.YAMLError:
+        return text
+
+
 def _type_name(tp: Any) -> str:
     args = typing.get_args(tp)
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
     if typing.get_origin(tp) is list:
-        return f"a list of {_type_name(args[0])}"
+        return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(args[0], str(args[0]))
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
         tp, str(tp)
     )
@@ -290,6 +306,8 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     if tp is bool:
         return isinstance(value, bool), value
     if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            return True, int(value)  # 1e6 on the command line
         return isinstance(value, int) and not isinstance(value, bool), value
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -298,3 +316,35 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     if tp is str:
         return isinstance(value, str), value
     return False, value
+
+
+def field_docs() -> list[tuple[str, str, Any, str]]:
+    """(dotted name, type, default, docstring) of every field, read from this module's source."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(sys.modules[__name__]))
+    docs: dict[tuple[str, str], str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for stmt, nxt in zip(node.body, node.body[1:], strict=False):
+                if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                        and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
+                    docs[(node.name, stmt.target.id)] = " ".join(str(nxt.value.value).split())
+    rows = []
+    defaults = Config()
+    for section in _SECTIONS:
+        obj = getattr(defaults, section)
+        for f in dataclasses.fields(obj):
+            rows.append((f"{section}.{f.name}", _type_name(_field_types(type(obj))[f.name]),
+                         getattr(obj, f.name), docs.get((type(obj).__name__, f.name), "")))
+    return rows
+
+
+def markdown_table() -> str:
+    """The settings reference of docs/configuration.md."""
+    lines = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for name, tp, default, doc in field_docs():
+        shown = "null" if default is None else yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
+        lines.append(f"| `{name}` | {tp} | `{shown}` | {doc} |")
+    return "\n".join(lines) + "\n"

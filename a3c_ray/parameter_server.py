@@ -8,6 +8,7 @@ paper's "shared RMSProp"). It also keeps the run's counters and decides when tra
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections import deque
@@ -196,7 +197,8 @@ class ParameterServer:
         return {
             **self.meta,
             "params": self.flat.detach().clone(),
-            "optimizer": self.optimizer.state_dict(),
+            # A copy: torch's state_dict shares the live statistics tensors.
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
             "version": self.version,
             "env_steps": self.env_steps,
             "gradients_applied": self.gradients_applied,

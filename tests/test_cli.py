@@ -1,0 +1,111 @@
+"""Bad input: exit code 2, one line on stderr, no traceback, and nothing written into existing runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from a3c_ray.cli import main
+
+
+def snapshot(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "a3c_ray", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture()
+def existing_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("env:\n  id: CartPole-v1\n")
+    (run / "checkpoints" / "latest").write_text("ckpt-10.pt\n")
+    return run
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["train", "--env", "NoSuchEnv-v0"], "env.id: unknown environment 'NoSuchEnv-v0'"),
+        (["train", "--t-max", "0"], "algo.t_max: must be >= 1"),
+        (["train", "--lr", "-0.1"], "algo.lr: must be a positive number"),
+        (["train", "--workers", "0"], "run.workers: must be >= 1"),
+        (["train", "--set", "algo.gamma=2"], "algo.gamma: must be in [0, 1]"),
+        (["train", "--set", "algo.optimizer=sgd"], "algo.optimizer: must be one of"),
+        (["train", "--set", "algo.nope=1"], "unknown config field 'algo.nope'"),
+        (["train", "--set", "run.max_steps=lots"], "run.max_steps: expected an integer"),
+        (["train", "--set", "oops"], "expected FIELD=VALUE"),
+        (["train", "--workers", "two"], "invalid int value"),
+        (["train", "--env", "Pendulum-v1"], "only Discrete is supported"),
+        (["eval", "/no/such/checkpoint"], "no checkpoint at /no/such/checkpoint"),
+        (["eval", "x.pt", "--episodes", "0"], "--episodes must be >= 1"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_naming_the_problem(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert needle in err
+    assert not (tmp_path / "runs").exists(), "bad input must not create a run directory"
+
+
+def test_every_bad_field_is_reported_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--t-max", "0", "--lr", "0", "--env", "Nope-v9", "--set", "env.num_envs=0"]) == 2
+    err = capsys.readouterr().err
+    for field in ("algo.t_max", "algo.lr", "env.id", "env.num_envs"):
+        assert field in err
+
+
+def test_bad_config_file_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algo:\n  t_max: -3\n  lr: fast\nwhatever: 1\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "algo.lr: expected a number" in err and "unknown config section 'whatever'" in err
+
+
+def test_existing_run_directory_is_refused_and_left_untouched(existing_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = snapshot(existing_run)
+    assert main(["train", "--run-dir", str(existing_run), "--max-steps", "100"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert snapshot(existing_run) == before
+
+
+def test_bad_input_into_existing_run_directory_writes_nothing(existing_run: Path) -> None:
+    before = snapshot(existing_run)
+    assert main(["train", "--run-dir", str(existing_run), "--overwrite", "--env", "Nope-v0"]) == 2
+    assert snapshot(existing_run) == before
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", b"PK\x03\x04truncated zip"])
+def test_corrupt_checkpoint_for_eval_exits_2_without_traceback(tmp_path: Path, content: bytes) -> None:
+    bad = tmp_path / "ckpt-5.pt"
+    bad.write_bytes(content)
+    proc = run_cli("eval", str(bad))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
+    assert "corrupt" in proc.stderr
+
+
+def test_unknown_env_from_the_command_line_exits_2_without_traceback() -> None:
+    proc = run_cli("train", "--env", "CartPole-v999")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "env.id" in proc.stderr
+
+
+def test_help_lists_the_train_flags() -> None:
+    proc = run_cli("train", "--help")
+    assert proc.returncode == 0
+    for flag in ("--env", "--workers", "--envs-per-worker", "--t-max", "--max-steps", "--target-return",
+                 "--time-limit", "--seed", "--run-dir", "--address", "--config"):
+        assert flag in proc.stdout

@@ -1,0 +1,137 @@
+"""The ParameterServer as a plain class: applying, dropping, clipping, staleness, stopping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from a3c_ray.config import Config
+from a3c_ray.parameter_server import GradientPush, ParameterServer
+
+N = 10
+
+
+def make_ps(**overrides: object) -> ParameterServer:
+    cfg = Config()
+    for k, v in overrides.items():
+        cfg.set(k.replace("__", "."), v)
+    return ParameterServer(cfg, np.zeros(N, dtype=np.float32), meta={"env_id": "CartPole-v1"})
+
+
+def push(grad: np.ndarray | float = 1.0, version: int = 0, steps: int = 10, **kw: object) -> GradientPush:
+    g = np.full(N, grad, dtype=np.float32) if np.isscalar(grad) else np.asarray(grad, dtype=np.float32)
+    return GradientPush(grad=g, version=version, env_steps=steps, **kw)  # type: ignore[arg-type]
+
+
+def test_push_applies_gradient_moves_version_and_returns_new_weights() -> None:
+    ps = make_ps()
+    reply = ps.push(push(1.0))
+    assert reply.applied and reply.version == 1 and not reply.stop
+    assert reply.weights is not None
+    # Adam's first step moves every parameter by lr against the gradient's sign.
+    np.testing.assert_allclose(reply.weights, -ps.cfg.algo.lr, rtol=1e-3)
+    assert ps.progress()["env_steps"] == 10
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_gradient_is_dropped_and_counted(bad: float) -> None:
+    ps = make_ps()
+    g = np.ones(N, dtype=np.float32)
+    g[3] = bad
+    reply = ps.push(push(g))
+    assert not reply.applied
+    assert reply.weights is None  # the version did not move past the worker's
+    assert ps.version == 0 and ps.dropped_nonfinite == 1
+    np.testing.assert_array_equal(ps.weights(), np.zeros(N))
+    assert ps.progress()["gradients_dropped"] == 1
+
+
+def test_staleness_is_tracked_and_max_staleness_drops_old_gradients() -> None:
+    ps = make_ps(algo__max_staleness=1)
+    ps.push(push(version=0))  # staleness 0 -> V=1
+    ps.push(push(version=0))  # staleness 1 -> V=2
+    reply = ps.push(push(version=0))  # staleness 2 > 1: dropped
+    assert not reply.applied and ps.dropped_stale == 1 and ps.version == 2
+    assert reply.weights is not None  # the worker is behind: it gets the newest weights
+    p = ps.progress()
+    assert p["staleness_max"] == 1 and p["staleness_mean"] == pytest.approx(0.5)
+
+
+def test_gradient_is_clipped_to_global_norm() -> None:
+    clipped, reference = make_ps(algo__max_grad_norm=0.5), make_ps(algo__max_grad_norm=None)
+    g = np.arange(1, N + 1, dtype=np.float32)
+    clipped.push(push(g * 100))
+    reference.push(push(g / np.linalg.norm(g) * 0.5))
+    np.testing.assert_allclose(clipped.weights(), reference.weights(), rtol=1e-4, atol=1e-7)
+    assert clipped.drain_stats()["grad_norm"] == pytest.approx(float(np.linalg.norm(g * 100)), rel=1e-5)
+
+
+def test_rmsprop_statistics_are_shared_across_workers() -> None:
+    ps = make_ps(algo__optimizer="rmsprop", algo__max_grad_norm=None)
+    ps.push(push(1.0, worker=0))
+    ps.push(push(1.0, version=1, worker=1))
+    state = ps.optimizer.state_dict()["state"]
+    assert len(state) == 1  # one flat parameter, one set of statistics
+    assert int(state[0]["step"]) == 2
+
+
+def test_learning_rate_anneals_linearly_to_zero() -> None:
+    ps = make_ps(algo__lr_anneal=True, run__max_steps=100)
+    ps.push(push(steps=50))
+    assert ps.optimizer.param_groups[0]["lr"] == pytest.approx(ps.cfg.algo.lr * 0.5)
+
+
+def test_stops_at_max_steps() -> None:
+    ps = make_ps(run__max_steps=25)
+    assert not ps.push(push(steps=10)).stop
+    assert not ps.push(push(steps=10, version=1)).stop
+    reply = ps.push(push(steps=10, version=2))
+    assert reply.stop and ps.stop_reason == "max_steps"
+
+
+def test_stops_when_mean_of_last_100_episodes_reaches_target() -> None:
+    ps = make_ps(run__target_return=100.0)
+    ps.push(push(episode_returns=[200.0] * 99, episode_lengths=[200] * 99))
+    assert ps.stop_reason is None  # 99 episodes are not 100, however good
+    reply = ps.push(push(version=1, episode_returns=[0.0], episode_lengths=[5]))
+    assert reply.stop and ps.stop_reason == "target"
+    assert ps.steps_to_target == 20 and ps.seconds_to_target is not None
+    assert ps.mean_return_100() == pytest.approx(198.0)
+
+
+def test_stops_at_time_limit() -> None:
+    ps = make_ps(run__time_limit=1e-9)
+    assert ps.push(push()).stop and ps.stop_reason == "time_limit"
+
+
+def test_drain_stats_reports_episodes_and_losses_once() -> None:
+    ps = make_ps()
+    ps.push(push(episode_returns=[3.0], episode_lengths=[3], stats={"entropy": 0.5}))
+    ps.push(push(version=1, stats={"entropy": 0.7}))
+    s = ps.drain_stats()
+    assert s["episodes"] == [(10, 3.0, 3)]
+    assert s["means"]["entropy"] == pytest.approx(0.6)
+    assert s["updates"] == 2 and s["pushes"] == 2
+    again = ps.drain_stats()
+    assert again["episodes"] == [] and again["updates"] == 0
+
+
+def test_state_dict_round_trip_restores_weights_optimizer_and_counters() -> None:
+    ps = make_ps(algo__optimizer="rmsprop")
+    for v in range(3):
+        ps.push(push(float(v + 1), version=v, episode_returns=[float(v)], episode_lengths=[1]))
+    state = ps.state_dict()
+    other = make_ps(algo__optimizer="rmsprop")
+    other.load_state_dict(state)
+    assert (other.version, other.env_steps, other.gradients_applied) == (3, 30, 3)
+    np.testing.assert_array_equal(other.weights(), ps.weights())
+    assert list(other.recent_returns) == [0.0, 1.0, 2.0]
+    # Same state, same next step: the optimizer statistics came back too.
+    a, b = ps.push(push(0.3, version=3)), other.push(push(0.3, version=3))
+    np.testing.assert_array_equal(a.weights, b.weights)
+
+
+def test_wrong_gradient_size_is_an_error() -> None:
+    ps = make_ps()
+    with pytest.raises(ValueError, match="size"):
+        ps.push(GradientPush(grad=np.zeros(N + 1, dtype=np.float32), version=0, env_steps=1))

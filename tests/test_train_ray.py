@@ -1,0 +1,116 @@
+"""End to end on a real local Ray: learning, run directory contents, eval, interrupts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from a3c_ray import metrics as M
+from a3c_ray.checkpoint import list_checkpoints, load_checkpoint
+from a3c_ray.config import Config
+from a3c_ray.driver import train
+from a3c_ray.evaluate import evaluate_checkpoint
+
+from .conftest import small_config
+
+pytestmark = pytest.mark.ray
+
+
+def read_tags(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in the run's event files, by tag, as (step, value)."""
+    acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+@pytest.mark.slow
+def test_two_workers_solve_cartpole_to_450_within_300k_steps(ray_session: None, tmp_path: Path) -> None:
+    """Seeded CartPole-v1 with 2 Workers reaches a mean of 450 over the last 100 training episodes
+    within 300k env steps, and the run directory holds what DESIGN.md promises."""
+    run_dir = tmp_path / "cp"
+    cfg = Config()
+    cfg.run.run_dir = str(run_dir)
+    cfg.run.workers = 2
+    cfg.run.target_return = 450
+    cfg.run.max_steps = 300_000
+    cfg.run.seed = 1
+    cfg.run.progress = False
+    result = train(cfg)
+    s = result.summary
+    assert result.exit_code == 0, s
+    assert s["stopped_because"] == "target", s
+    assert s["mean_return_100"] >= 450 and s["steps_to_target"] <= 300_000
+    assert s["seconds_to_target"] > 0 and s["gradient_updates"] > 0 and s["workers"] == 2
+    assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(s))
+    for key in ("env_id", "workers", "env_steps", "gradient_updates", "train_seconds", "target_return",
+                "seconds_to_target", "steps_to_target", "mean_return_100", "best_eval_return", "checkpoint",
+                "stopped_because", "worker_restarts", "gradients_dropped", "worker_nodes"):
+        assert key in s
+    assert len(s["worker_nodes"]) == 1
+
+    # The resolved config is saved and loads back.
+    saved = Config.load(run_dir / "config.yaml")
+    assert saved.run.workers == 2 and saved.run.target_return == 450
+
+    # Checkpoints: files, pointers, weights_only loads.
+    ckpts = list_checkpoints(run_dir / "checkpoints")
+    assert ckpts and (run_dir / "checkpoints" / "latest").exists() and (run_dir / "checkpoints" / "best").exists()
+    raw = torch.load(ckpts[-1], weights_only=True)
+    assert raw["env_id"] == "CartPole-v1" and raw["env_steps"] == int(ckpts[-1].stem.split("-")[1])
+    assert load_checkpoint(run_dir / "checkpoints" / "latest")["path"] == s["checkpoint"]
+
+    # TensorBoard: the training charts and the evaluations.
+    tags = read_tags(run_dir / "tb")
+    for tag in (M.EPISODIC_RETURN, M.EPISODIC_LENGTH, M.EVAL_RETURN, M.EVAL_LENGTH, M.POLICY_LOSS,
+                M.VALUE_LOSS, M.ENTROPY, M.GRAD_NORM, M.STALENESS, M.UPDATES_PER_SECOND, M.SPS):
+        assert tags.get(tag), f"no {tag} in TensorBoard"
+    assert max(v for _, v in tags[M.EPISODIC_RETURN]) == 500.0
+
+    # The best checkpoint plays well under `eval`.
+    res = evaluate_checkpoint(run_dir / "checkpoints" / "best", episodes=20, seed=7)
+    assert res["mean_return"] >= 400, res
+
+
+def test_short_run_stops_at_max_steps_and_writes_everything(ray_session: None, tmp_path: Path) -> None:
+    cfg = small_config(tmp_path / "short", run__max_steps=2_000)
+    result = train(cfg)
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps"
+    assert 2_000 <= s["env_steps"] < 2_000 + 2 * cfg.algo.t_max * cfg.env.num_envs
+    assert s["checkpoint"] and Path(s["checkpoint"]).exists()
+    assert s["best_eval_return"] is not None and s["steps_to_target"] is None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(tmp_path: Path, sig: signal.Signals) -> None:
+    run_dir = tmp_path / "interrupted"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "a3c_ray", "train", "--workers", "1", "--max-steps", "10000000",
+         "--run-dir", str(run_dir), "--no-progress", "--set", "run.ps_cpus=0.25", "--set", "run.monitor_cpus=0.25"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "RAY_ADDRESS": ""},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "checkpoints" / "latest").exists():  # training is under way
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.5)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_because"] == "interrupted"
+    final = load_checkpoint(run_dir / "checkpoints" / "latest")
+    assert final["env_steps"] == summary["env_steps"]
