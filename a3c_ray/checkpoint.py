@@ -93,7 +93,9 @@ class CheckpointManager:
         path = self.dir / f"ckpt-{int(state['env_steps'])}.pt"
         atomic_write(path, lambda f: torch.save(state, f))
         write_pointer(self.dir / "latest", path.name)
-        if eval_return is not None and (self.best_return is None or eval_return >= self.best_return):
+        if eval_return is not None and (
+            self.best_return is None or eval_return >= self.best_return
+        ):
             self.best_return = eval_return
             write_pointer(self.dir / "best", path.name)
         self._prune()
@@ -141,7 +143,9 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"no checkpoint at {file}") from None
     except Exception as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CheckpointError(f"checkpoint {file} is corrupt or not an a3c-ray checkpoint ({reason})") from None
+        raise CheckpointError(
+            f"checkpoint {file} is corrupt or not an a3c-ray checkpoint ({reason})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{file} is not an a3c-ray checkpoint")
     missing = [k for k in REQUIRED_KEYS if k not in state]

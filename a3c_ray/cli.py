@@ -25,10 +25,18 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--envs-per-worker": ("env.num_envs", int, "environments per Worker (K)"),
     "--t-max": ("algo.t_max", int, "rollout length n per gradient push"),
     "--max-steps": ("run.max_steps", int, "stop after this many env steps in total"),
-    "--target-return": ("run.target_return", float, "stop when the mean of the last 100 episode returns reaches this"),
+    "--target-return": (
+        "run.target_return",
+        float,
+        "stop when the mean of the last 100 episode returns reaches this",
+    ),
     "--time-limit": ("run.time_limit", float, "stop after this many seconds of training"),
     "--seed": ("run.seed", int, "root random seed"),
-    "--run-dir": ("run.run_dir", str, "directory for config, checkpoints, TensorBoard and summary.json"),
+    "--run-dir": (
+        "run.run_dir",
+        str,
+        "directory for config, checkpoints, TensorBoard and summary.json",
+    ),
     "--lr": ("algo.lr", float, "learning rate"),
     "--eval-every": ("monitor.eval_every", float, "seconds between evaluations and checkpoints"),
 }
@@ -47,23 +55,45 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="a3c-ray", description="Distributed A3C on Ray.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
-    t = sub.add_parser("train", help="train an agent", description="Train an agent with A3C on Ray.")
+    t = sub.add_parser(
+        "train", help="train an agent", description="Train an agent with A3C on Ray."
+    )
     for flag, (dest, typ, help_) in TRAIN_FLAGS.items():
         t.add_argument(flag, dest=dest, type=typ, default=None, help=help_)
-    t.add_argument("--config", type=Path, help="YAML file of config sections (env, model, algo, run, monitor)")
-    t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="set any config field, e.g. --set algo.gamma=0.98 (repeatable)")
-    t.add_argument("--greedy", action="store_true", default=None, help="evaluate with the most likely action")
-    t.add_argument("--address", help="Ray cluster to attach to (default: RAY_ADDRESS, else an embedded Ray)")
+    t.add_argument(
+        "--config", type=Path, help="YAML file of config sections (env, model, algo, run, monitor)"
+    )
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="set any config field, e.g. --set algo.gamma=0.98 (repeatable)",
+    )
+    t.add_argument(
+        "--greedy", action="store_true", default=None, help="evaluate with the most likely action"
+    )
+    t.add_argument(
+        "--address", help="Ray cluster to attach to (default: RAY_ADDRESS, else an embedded Ray)"
+    )
     t.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     e = sub.add_parser("eval", help="evaluate a checkpoint", description="Evaluate a checkpoint.")
-    e.add_argument("checkpoint", help="a ckpt-*.pt file, a latest/best pointer, a checkpoints dir or a run dir")
+    e.add_argument(
+        "checkpoint", help="a ckpt-*.pt file, a latest/best pointer, a checkpoints dir or a run dir"
+    )
     e.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
     e.add_argument("--seed", type=int, default=0, help="seed of the env and the action sampling")
-    e.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
-    e.add_argument("--video", type=Path, metavar="DIR", help="write mp4 videos of the episodes into DIR (needs moviepy)")
+    e.add_argument(
+        "--greedy", action="store_true", help="take the most likely action instead of sampling"
+    )
+    e.add_argument(
+        "--video",
+        type=Path,
+        metavar="DIR",
+        help="write mp4 videos of the episodes into DIR (needs moviepy)",
+    )
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
@@ -99,9 +129,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     result = train(cfg, address=args.address, overwrite=args.overwrite)
     s = result.summary
-    print(json.dumps({k: s.get(k) for k in (
-        "stopped_because", "env_steps", "train_seconds", "mean_return_100", "best_eval_return",
-        "steps_to_target", "seconds_to_target", "checkpoint")}))
+    print(
+        json.dumps(
+            {
+                k: s.get(k)
+                for k in (
+                    "stopped_because",
+                    "env_steps",
+                    "train_seconds",
+                    "mean_return_100",
+                    "best_eval_return",
+                    "steps_to_target",
+                    "seconds_to_target",
+                    "checkpoint",
+                )
+            }
+        )
+    )
     print(f"run directory: {result.run_dir}", file=sys.stderr)
     for err in result.errors:
         print(f"a3c-ray: {err}", file=sys.stderr)
@@ -117,8 +161,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res))
     else:
-        print(f"{res['env_id']}: mean return {res['mean_return']:.2f} ± {res['std_return']:.2f} "
-              f"over {res['episodes']} episodes (mean length {res['mean_length']:.1f}) [{res['checkpoint']}]")
+        print(
+            f"{res['env_id']}: mean return {res['mean_return']:.2f} ± {res['std_return']:.2f} "
+            f"over {res['episodes']} episodes (mean length {res['mean_length']:.1f}) [{res['checkpoint']}]"
+        )
     return 0
 
 

@@ -102,6 +102,10 @@ class RunConfig:
     """Logical CPUs the Monitor asks for."""
     progress: bool = True
     """Show a live progress bar on the terminal."""
+    max_worker_restarts: int = 10
+    """Restarts allowed per Worker slot; one more failure stops the run with an error."""
+    restart_backoff: float = 1.0
+    """Seconds before restarting a failed Worker, doubled for each further failure of that slot."""
 
 
 @dataclass
@@ -116,6 +120,8 @@ class MonitorConfig:
     """Keep this many most recent checkpoints, plus the best by eval return."""
     log_every: float = 1.0
     """Seconds between TensorBoard writes of the training charts."""
+    video_every: int = 0
+    """Record one eval episode to TensorBoard as a video every Nth evaluation; 0 never."""
 
 
 @dataclass
@@ -137,7 +143,9 @@ class Config:
         problems: list[str] = []
         for section, values in (data or {}).items():
             if section not in _SECTIONS:
-                problems.append(f"unknown config section '{section}' (known: {', '.join(_SECTIONS)})")
+                problems.append(
+                    f"unknown config section '{section}' (known: {', '.join(_SECTIONS)})"
+                )
                 continue
             if not isinstance(values, dict):
                 problems.append(f"config section '{section}' must be a mapping")
@@ -160,7 +168,9 @@ class Config:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise ConfigError([f"config file {path} is not valid YAML: {e}".splitlines()[0]]) from None
+            raise ConfigError(
+                [f"config file {path} is not valid YAML: {e}".splitlines()[0]]
+            ) from None
         if data is not None and not isinstance(data, dict):
             raise ConfigError([f"config file {path} must hold a mapping of sections"])
         return cls.from_dict(data)
@@ -178,8 +188,10 @@ class Config:
         hints = _field_types(type(obj))
         if name not in hints:
             raise ConfigError([f"unknown config field '{dotted}' (known: {', '.join(hints)})"])
-        if isinstance(value, str) and hints[name] is not str:
+        if isinstance(value, str) and not _admits_str(hints[name]):
             value = _parse_scalar(value)
+        elif isinstance(value, str) and value.strip() in ("", "null", "~"):
+            value = None if _admits_none(hints[name]) else value
         ok, coerced = _coerce(value, hints[name])
         if not ok:
             raise ConfigError([f"{dotted}: expected {_type_name(hints[name])}, got {value!r}"])
@@ -200,39 +212,78 @@ class Config:
                 p.append(msg)
 
         need(e.num_envs >= 1, f"env.num_envs: must be >= 1, got {e.num_envs}")
-        need(e.max_episode_steps is None or e.max_episode_steps >= 1,
-             f"env.max_episode_steps: must be >= 1 or null, got {e.max_episode_steps}")
-        need(m.kind in MODEL_KINDS, f"model.kind: must be one of {', '.join(MODEL_KINDS)}, got '{m.kind}'")
-        need(len(m.hidden_sizes) >= 1 and all(h >= 1 for h in m.hidden_sizes),
-             f"model.hidden_sizes: must be a non-empty list of positive widths, got {m.hidden_sizes}")
-        need(m.activation in ("tanh", "relu"), f"model.activation: must be tanh or relu, got '{m.activation}'")
+        need(
+            e.max_episode_steps is None or e.max_episode_steps >= 1,
+            f"env.max_episode_steps: must be >= 1 or null, got {e.max_episode_steps}",
+        )
+        need(
+            m.kind in MODEL_KINDS,
+            f"model.kind: must be one of {', '.join(MODEL_KINDS)}, got '{m.kind}'",
+        )
+        need(
+            len(m.hidden_sizes) >= 1 and all(h >= 1 for h in m.hidden_sizes),
+            f"model.hidden_sizes: must be a non-empty list of positive widths, got {m.hidden_sizes}",
+        )
+        need(
+            m.activation in ("tanh", "relu"),
+            f"model.activation: must be tanh or relu, got '{m.activation}'",
+        )
         need(m.lstm_size >= 1, f"model.lstm_size: must be >= 1, got {m.lstm_size}")
         need(a.t_max >= 1, f"algo.t_max: must be >= 1, got {a.t_max}")
         need(0.0 <= a.gamma <= 1.0, f"algo.gamma: must be in [0, 1], got {a.gamma}")
         need(0.0 <= a.gae_lambda <= 1.0, f"algo.gae_lambda: must be in [0, 1], got {a.gae_lambda}")
         need(a.entropy_coef >= 0, f"algo.entropy_coef: must be >= 0, got {a.entropy_coef}")
         need(a.value_coef > 0, f"algo.value_coef: must be > 0, got {a.value_coef}")
-        need(a.max_grad_norm is None or a.max_grad_norm > 0,
-             f"algo.max_grad_norm: must be > 0 or null, got {a.max_grad_norm}")
-        need(a.optimizer in OPTIMIZERS, f"algo.optimizer: must be one of {', '.join(OPTIMIZERS)}, got '{a.optimizer}'")
+        need(
+            a.max_grad_norm is None or a.max_grad_norm > 0,
+            f"algo.max_grad_norm: must be > 0 or null, got {a.max_grad_norm}",
+        )
+        need(
+            a.optimizer in OPTIMIZERS,
+            f"algo.optimizer: must be one of {', '.join(OPTIMIZERS)}, got '{a.optimizer}'",
+        )
         need(a.lr > 0 and math.isfinite(a.lr), f"algo.lr: must be a positive number, got {a.lr}")
-        need(0.0 < a.rmsprop_alpha < 1.0, f"algo.rmsprop_alpha: must be in (0, 1), got {a.rmsprop_alpha}")
+        need(
+            0.0 < a.rmsprop_alpha < 1.0,
+            f"algo.rmsprop_alpha: must be in (0, 1), got {a.rmsprop_alpha}",
+        )
         need(a.optimizer_eps > 0, f"algo.optimizer_eps: must be > 0, got {a.optimizer_eps}")
-        need(a.max_staleness is None or a.max_staleness >= 0,
-             f"algo.max_staleness: must be >= 0 or null, got {a.max_staleness}")
+        need(
+            a.max_staleness is None or a.max_staleness >= 0,
+            f"algo.max_staleness: must be >= 0 or null, got {a.max_staleness}",
+        )
         need(r.workers is None or r.workers >= 1, f"run.workers: must be >= 1, got {r.workers}")
         need(r.max_steps >= 1, f"run.max_steps: must be >= 1, got {r.max_steps}")
-        need(r.target_return is None or math.isfinite(r.target_return),
-             f"run.target_return: must be a finite number or null, got {r.target_return}")
-        need(r.time_limit is None or r.time_limit > 0, f"run.time_limit: must be > 0 seconds or null, got {r.time_limit}")
+        need(
+            r.target_return is None or math.isfinite(r.target_return),
+            f"run.target_return: must be a finite number or null, got {r.target_return}",
+        )
+        need(
+            r.time_limit is None or r.time_limit > 0,
+            f"run.time_limit: must be > 0 seconds or null, got {r.time_limit}",
+        )
         need(r.seed >= 0, f"run.seed: must be >= 0, got {r.seed}")
         need(r.worker_cpus > 0, f"run.worker_cpus: must be > 0, got {r.worker_cpus}")
         need(r.ps_cpus >= 0, f"run.ps_cpus: must be >= 0, got {r.ps_cpus}")
         need(r.monitor_cpus >= 0, f"run.monitor_cpus: must be >= 0, got {r.monitor_cpus}")
         need(mon.eval_every > 0, f"monitor.eval_every: must be > 0 seconds, got {mon.eval_every}")
-        need(mon.eval_episodes >= 1, f"monitor.eval_episodes: must be >= 1, got {mon.eval_episodes}")
-        need(mon.keep_checkpoints >= 1, f"monitor.keep_checkpoints: must be >= 1, got {mon.keep_checkpoints}")
+        need(
+            mon.eval_episodes >= 1, f"monitor.eval_episodes: must be >= 1, got {mon.eval_episodes}"
+        )
+        need(
+            mon.keep_checkpoints >= 1,
+            f"monitor.keep_checkpoints: must be >= 1, got {mon.keep_checkpoints}",
+        )
         need(mon.log_every > 0, f"monitor.log_every: must be > 0 seconds, got {mon.log_every}")
+        need(mon.video_every >= 0, f"monitor.video_every: must be >= 0, got {mon.video_every}")
+        need(
+            r.max_worker_restarts >= 0,
+            f"run.max_worker_restarts: must be >= 0, got {r.max_worker_restarts}",
+        )
+        need(
+            r.restart_backoff >= 0,
+            f"run.restart_backoff: must be >= 0 seconds, got {r.restart_backoff}",
+        )
         if check_env:
             from a3c_ray.envs import check_env_id
 
@@ -256,12 +307,24 @@ def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def _admits_str(tp: Any) -> bool:
+    return tp is str or str in typing.get_args(tp)
+
+
+def _admits_none(tp: Any) -> bool:
+    return type(None) in typing.get_args(tp)
+
+
 def _parse_scalar(text: str) -> Any:
     """A command-line value as YAML, except that '3e-4' is a number (YAML 1.1 wants '3.0e-4')."""
     if not text.strip():
         return None
     try:
-        return float(text) if "e" in text.lower() and not text.strip().isalpha() else yaml.safe_load(text)
+        return (
+            float(text)
+            if "e" in text.lower() and not text.strip().isalpha()
+            else yaml.safe_load(text)
+        )
     except ValueError:
         try:
             return yaml.safe_load(text)
@@ -276,7 +339,9 @@ def _type_name(tp: Any) -> str:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
     if typing.get_origin(tp) is list:
-        return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(args[0], str(args[0]))
+        return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(
+            args[0], str(args[0])
+        )
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
         tp, str(tp)
     )
@@ -328,16 +393,26 @@ def field_docs() -> list[tuple[str, str, Any, str]]:
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             for stmt, nxt in zip(node.body, node.body[1:], strict=False):
-                if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                        and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
+                if (
+                    isinstance(stmt, ast.AnnAssign)
+                    and isinstance(stmt.target, ast.Name)
+                    and isinstance(nxt, ast.Expr)
+                    and isinstance(nxt.value, ast.Constant)
+                ):
                     docs[(node.name, stmt.target.id)] = " ".join(str(nxt.value.value).split())
     rows = []
     defaults = Config()
     for section in _SECTIONS:
         obj = getattr(defaults, section)
         for f in dataclasses.fields(obj):
-            rows.append((f"{section}.{f.name}", _type_name(_field_types(type(obj))[f.name]),
-                         getattr(obj, f.name), docs.get((type(obj).__name__, f.name), "")))
+            rows.append(
+                (
+                    f"{section}.{f.name}",
+                    _type_name(_field_types(type(obj))[f.name]),
+                    getattr(obj, f.name),
+                    docs.get((type(obj).__name__, f.name), ""),
+                )
+            )
     return rows
 
 
@@ -345,6 +420,13 @@ def markdown_table() -> str:
     """The settings reference of docs/configuration.md."""
     lines = ["| field | type | default | meaning |", "|---|---|---|---|"]
     for name, tp, default, doc in field_docs():
-        shown = "null" if default is None else yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip()
+        shown = (
+            "null"
+            if default is None
+            else yaml.safe_dump(default, default_flow_style=True)
+            .strip()
+            .removesuffix("...")
+            .strip()
+        )
         lines.append(f"| `{name}` | {tp} | `{shown}` | {doc} |")
     return "\n".join(lines) + "\n"

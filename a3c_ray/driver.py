@@ -55,7 +55,11 @@ def prepare_run_dir(cfg: Config, overwrite: bool) -> Path:
     """The run directory, new and empty; an existing one is refused unless ``overwrite``."""
     run_dir = Path(cfg.run.run_dir) if cfg.run.run_dir else default_run_dir(cfg.env.id)
     if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
-        raise ConfigError([f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it or --overwrite to replace it"])
+        raise ConfigError(
+            [
+                f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it or --overwrite to replace it"
+            ]
+        )
     if run_dir.exists() and overwrite:
         for sub in ("checkpoints", "tb"):
             _remove_tree(run_dir / sub)
@@ -78,13 +82,17 @@ def connect(cfg: Config, address: str | None) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
-    quiet = {"logging_level": logging.WARNING, "log_to_driver": True}
     if address:
-        ray.init(address=address, **quiet)
+        ray.init(address=address, logging_level=logging.WARNING)
         return False
     workers = cfg.run.workers or os.cpu_count() or 1
     cpus = math.ceil(workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus)
-    ray.init(num_cpus=cpus, include_dashboard=True, dashboard_host="127.0.0.1", **quiet)
+    ray.init(
+        num_cpus=cpus,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        logging_level=logging.WARNING,
+    )
     return True
 
 
@@ -134,12 +142,20 @@ class Run:
             "obs_shape": list(self.obs_shape),
             "n_actions": self.n_actions,
         }
-        self.ps = ps_mod.remote_class().options(
-            name=f"{self.run_id}/ParameterServer", namespace=NAMESPACE, num_cpus=cfg.run.ps_cpus
-        ).remote(cfg, get_flat_params(model), meta)
-        self.monitor = monitor_mod.remote_class().options(
-            name=f"{self.run_id}/Monitor", namespace=NAMESPACE, num_cpus=cfg.run.monitor_cpus
-        ).remote(cfg, str(run_dir), self.obs_shape, self.n_actions, self.ps)
+        self.ps = (
+            ps_mod.remote_class()
+            .options(
+                name=f"{self.run_id}/ParameterServer", namespace=NAMESPACE, num_cpus=cfg.run.ps_cpus
+            )
+            .remote(cfg, get_flat_params(model), meta)
+        )
+        self.monitor = (
+            monitor_mod.remote_class()
+            .options(
+                name=f"{self.run_id}/Monitor", namespace=NAMESPACE, num_cpus=cfg.run.monitor_cpus
+            )
+            .remote(cfg, str(run_dir), self.obs_shape, self.n_actions, self.ps)
+        )
         self.worker_cls = worker_mod.remote_class()
         self.workers: dict[int, Any] = {}
         self.pending: dict[Any, int] = {}
@@ -210,7 +226,9 @@ class Run:
             "gradient_updates": p["gradients_applied"],
             "train_seconds": round(p["train_seconds"], 3),
             "wall_seconds": round(time.monotonic() - started_at, 3),
-            "env_steps_per_second": p["env_steps"] / p["train_seconds"] if p["train_seconds"] else None,
+            "env_steps_per_second": p["env_steps"] / p["train_seconds"]
+            if p["train_seconds"]
+            else None,
             "target_return": self.cfg.run.target_return,
             "seconds_to_target": p["seconds_to_target"],
             "steps_to_target": p["steps_to_target"],
@@ -241,7 +259,9 @@ def _finite(x: float | None) -> float | None:
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    atomic_write(run_dir / "summary.json", lambda f: f.write(json.dumps(summary, indent=2).encode()))
+    atomic_write(
+        run_dir / "summary.json", lambda f: f.write(json.dumps(summary, indent=2).encode())
+    )
 
 
 def train(cfg: Config, address: str | None = None, overwrite: bool = False) -> RunResult:
@@ -254,8 +274,14 @@ def train(cfg: Config, address: str | None = None, overwrite: bool = False) -> R
     t0 = time.monotonic()
     run = None
     interrupted = False
-    bar = tqdm(total=cfg.run.max_steps, unit="step", unit_scale=True, dynamic_ncols=True,
-               disable=not cfg.run.progress, mininterval=0.5)
+    bar = tqdm(
+        total=cfg.run.max_steps,
+        unit="step",
+        unit_scale=True,
+        dynamic_ncols=True,
+        disable=not cfg.run.progress,
+        mininterval=0.5,
+    )
     try:
         with sigterm_as_interrupt():
             try:
@@ -267,7 +293,11 @@ def train(cfg: Config, address: str | None = None, overwrite: bool = False) -> R
                     run.interrupt()
             bar.close()
             if run is None:
-                summary = {"env_id": cfg.env.id, "stopped_because": "interrupted", "run_dir": str(run_dir)}
+                summary = {
+                    "env_id": cfg.env.id,
+                    "stopped_because": "interrupted",
+                    "run_dir": str(run_dir),
+                }
             else:
                 summary = run.finish(t0)
             if interrupted:
@@ -279,7 +309,7 @@ def train(cfg: Config, address: str | None = None, overwrite: bool = False) -> R
             run.shutdown()
         if started:
             ray.shutdown()
-    errors = summary.get("errors", [])
+    errors: list[str] = list(summary.get("errors", []))
     if interrupted:
         code = EXIT_INTERRUPTED
     elif errors or summary.get("stopped_because") == ps_mod.STOP_ERROR:

@@ -22,7 +22,9 @@ def model_from_checkpoint(state: dict[str, Any]) -> ActorCritic:
         cfg = ModelConfig(**state["model"])
         model = build_model(cfg, tuple(state["obs_shape"]), int(state["n_actions"]))
     except (TypeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {state['path']} has an unusable model description ({e})") from None
+        raise CheckpointError(
+            f"checkpoint {state['path']} has an unusable model description ({e})"
+        ) from None
     params = state["params"]
     if params.numel() != num_params(model):
         raise CheckpointError(
@@ -33,7 +35,11 @@ def model_from_checkpoint(state: dict[str, Any]) -> ActorCritic:
 
 
 def evaluate_checkpoint(
-    path: str | Path, episodes: int, seed: int = 0, greedy: bool = False, video_dir: Path | None = None
+    path: str | Path,
+    episodes: int,
+    seed: int = 0,
+    greedy: bool = False,
+    video_dir: Path | None = None,
 ) -> dict[str, Any]:
     state = load_checkpoint(path)
     env_id = str(state["env_id"])
@@ -46,8 +52,11 @@ def evaluate_checkpoint(
         if importlib.util.find_spec("moviepy") is None:
             raise ConfigError(["--video needs moviepy: pip install 'a3c-ray[video]'"])
         env: gym.Env = gym.wrappers.RecordVideo(
-            make_eval_env(env_cfg, render_mode="rgb_array"), str(video_dir),
-            episode_trigger=lambda _: True, name_prefix="eval", disable_logger=True,
+            make_eval_env(env_cfg, render_mode="rgb_array"),
+            str(video_dir),
+            episode_trigger=lambda _: True,
+            name_prefix="eval",
+            disable_logger=True,
         )
     else:
         env = make_eval_env(env_cfg)

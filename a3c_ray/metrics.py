@@ -16,8 +16,17 @@ STALENESS = "ps/staleness"
 UPDATES_PER_SECOND = "ps/updates_per_second"
 
 TENSORBOARD_TAGS = (
-    EPISODIC_RETURN, EPISODIC_LENGTH, SPS, EVAL_RETURN, EVAL_LENGTH, POLICY_LOSS, VALUE_LOSS,
-    ENTROPY, GRAD_NORM, STALENESS, UPDATES_PER_SECOND,
+    EPISODIC_RETURN,
+    EPISODIC_LENGTH,
+    SPS,
+    EVAL_RETURN,
+    EVAL_LENGTH,
+    POLICY_LOSS,
+    VALUE_LOSS,
+    ENTROPY,
+    GRAD_NORM,
+    STALENESS,
+    UPDATES_PER_SECOND,
 )
 
 # Worker statistics (keys of GradientPush.stats) and the tags they are charted under.

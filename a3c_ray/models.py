@@ -34,7 +34,9 @@ class ActorCritic(nn.Module):
     wherever ``reset`` is true, before the step that starts a new episode.
     """
 
-    def __init__(self, body: nn.Module, body_out: int, n_actions: int, lstm_size: int | None = None):
+    def __init__(
+        self, body: nn.Module, body_out: int, n_actions: int, lstm_size: int | None = None
+    ):
         super().__init__()
         self.body = body
         self.lstm = nn.LSTMCell(body_out, lstm_size) if lstm_size else None

@@ -29,13 +29,21 @@ class ParameterServerLike(Protocol):
 
 
 class Monitor:
-    def __init__(self, cfg: Config, run_dir: str | Path, obs_shape: tuple[int, ...], n_actions: int,
-                 ps: ParameterServerLike):
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: str | Path,
+        obs_shape: tuple[int, ...],
+        n_actions: int,
+        ps: ParameterServerLike,
+    ):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.ps = ps
         self.writer = SummaryWriter(str(self.run_dir / "tb"), flush_secs=10)
-        self.writer.add_text("config", "```\n" + yaml.safe_dump(cfg.to_dict(), sort_keys=False) + "```")
+        self.writer.add_text(
+            "config", "```\n" + yaml.safe_dump(cfg.to_dict(), sort_keys=False) + "```"
+        )
         self.ckpts = CheckpointManager(self.run_dir / "checkpoints", cfg.monitor.keep_checkpoints)
         self.env = make_eval_env(cfg.env)
         self.model = build_model(cfg.model, obs_shape, n_actions)
@@ -83,8 +91,13 @@ class Monitor:
         state = self.ps.state_dict()
         set_flat_params(self.model, state["params"].numpy())
         seed = derive_seeds(self.cfg.run.seed, 2, self.n_evals)[0]
-        episodes = run_episodes(self.model, self.env, self.cfg.monitor.eval_episodes, seed,
-                                greedy=self.cfg.monitor.greedy)
+        episodes = run_episodes(
+            self.model,
+            self.env,
+            self.cfg.monitor.eval_episodes,
+            seed,
+            greedy=self.cfg.monitor.greedy,
+        )
         mean, _, mean_len = summarize(episodes)
         step = int(state["env_steps"])
         self.writer.add_scalar(M.EVAL_RETURN, mean, step)
@@ -103,7 +116,9 @@ class Monitor:
 
 
 class _MonitorShell(Monitor):
-    def __init__(self, cfg: Config, run_dir: str, obs_shape: tuple[int, ...], n_actions: int, ps: Any):
+    def __init__(
+        self, cfg: Config, run_dir: str, obs_shape: tuple[int, ...], n_actions: int, ps: Any
+    ):
         from a3c_ray.remote import RemoteProxy, one_torch_thread
 
         one_torch_thread()
@@ -114,4 +129,3 @@ def remote_class() -> Any:
     from a3c_ray.remote import actor_class
 
     return actor_class(_MonitorShell, "Monitor")
-

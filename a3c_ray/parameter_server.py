@@ -52,7 +52,9 @@ class PushReply(NamedTuple):
 
 def make_optimizer(params: list[torch.Tensor], algo: AlgoConfig) -> torch.optim.Optimizer:
     if algo.optimizer == "rmsprop":
-        return torch.optim.RMSprop(params, lr=algo.lr, alpha=algo.rmsprop_alpha, eps=algo.optimizer_eps)
+        return torch.optim.RMSprop(
+            params, lr=algo.lr, alpha=algo.rmsprop_alpha, eps=algo.optimizer_eps
+        )
     return torch.optim.Adam(params, lr=algo.lr, eps=algo.optimizer_eps)
 
 
@@ -87,7 +89,9 @@ class ParameterServer:
         grad = torch.tensor(p.grad, dtype=torch.float32)  # a copy: arrays from Ray are read-only
         applied = False
         if grad.shape != self.flat.shape:
-            raise ValueError(f"gradient of size {grad.numel()} for parameters of size {self.flat.numel()}")
+            raise ValueError(
+                f"gradient of size {grad.numel()} for parameters of size {self.flat.numel()}"
+            )
         if not bool(torch.isfinite(grad).all()):
             self.dropped_nonfinite += 1
         elif self.cfg.algo.max_staleness is not None and staleness > self.cfg.algo.max_staleness:
@@ -135,7 +139,9 @@ class ParameterServer:
             self.stop_reason = STOP_TARGET
         elif self.env_steps >= self.cfg.run.max_steps:
             self.stop_reason = STOP_MAX_STEPS
-        elif self.cfg.run.time_limit is not None and self.train_seconds() >= self.cfg.run.time_limit:
+        elif (
+            self.cfg.run.time_limit is not None and self.train_seconds() >= self.cfg.run.time_limit
+        ):
             self.stop_reason = STOP_TIME_LIMIT
 
     # -- reads -------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ class Worker:
         seeds = derive_seeds(cfg.run.seed, 1, index, n=k + 1)
         self.generator = torch.Generator().manual_seed(seeds[-1])
         self.envs = make_vector_env(cfg.env)
-        self.obs, _ = self.envs.reset(seed=seeds[:k])
+        self.obs, _ = self.envs.reset(seed=seeds[:k])  # type: ignore[arg-type]  # one seed per env
         self.model = build_model(cfg.model, obs_shape, n_actions)
         self.version = -1
         self.state = self.model.initial_state(k)
@@ -69,7 +69,9 @@ class Worker:
         self.version = version
 
     # -- rollout -----------------------------------------------------------------------------
-    def _act(self, obs: np.ndarray, state: State, reset: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, State]:
+    def _act(
+        self, obs: np.ndarray, state: State, reset: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor, State]:
         t0 = time.perf_counter()
         resets = torch.from_numpy(reset) if self.model.is_recurrent else None
         logits, value, state = self.model(torch.as_tensor(obs, dtype=torch.float32), state, resets)
@@ -98,7 +100,13 @@ class Worker:
             t0 = time.perf_counter()
             self.obs, reward, term, trunc, info = self.envs.step(action)
             self.timings["env"] += time.perf_counter() - t0
-            actions[t], rewards[t], terminated[t], truncated[t], values[t] = action, reward, term, trunc, value.numpy()
+            actions[t], rewards[t], terminated[t], truncated[t], values[t] = (
+                action,
+                reward,
+                term,
+                trunc,
+                value.numpy(),
+            )
             self.reset_next = term | trunc
             if self.reset_next.any():
                 final_values[t] = self._final_values(info, trunc)
@@ -108,8 +116,20 @@ class Worker:
                 ep_lengths += [int(x) for x in ep["l"][done]]
         _, last_values, _ = self._act(self.obs, self.state, self.reset_next)
         self.env_steps += t_max * k
-        return Rollout(obs_buf, actions, rewards, terminated, truncated, values, final_values,
-                       last_values.numpy(), resets, initial_state, ep_returns, ep_lengths)
+        return Rollout(
+            obs_buf,
+            actions,
+            rewards,
+            terminated,
+            truncated,
+            values,
+            final_values,
+            last_values.numpy(),
+            resets,
+            initial_state,
+            ep_returns,
+            ep_lengths,
+        )
 
     def _final_values(self, info: dict[str, Any], truncated: np.ndarray) -> np.ndarray:
         """V(final_obs) for envs whose episode was truncated this step (bootstrap), else 0."""
@@ -127,8 +147,16 @@ class Worker:
     def compute_gradient(self, ro: Rollout) -> tuple[np.ndarray, dict[str, float]]:
         a = self.cfg.algo
         t0 = time.perf_counter()
-        targets = gae(ro.rewards, ro.terminated, ro.truncated, ro.values, ro.final_values,
-                      ro.last_values, a.gamma, a.gae_lambda)
+        targets = gae(
+            ro.rewards,
+            ro.terminated,
+            ro.truncated,
+            ro.values,
+            ro.final_values,
+            ro.last_values,
+            a.gamma,
+            a.gae_lambda,
+        )
         adv = targets.advantages.reshape(-1)
         if a.normalize_advantages and adv.size > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -183,7 +211,12 @@ class Worker:
             self.pushes += 1
             if reply.stop:
                 break
-        return {"worker": self.index, "env_steps": self.env_steps, "pushes": self.pushes, "timings": dict(self.timings)}
+        return {
+            "worker": self.index,
+            "env_steps": self.env_steps,
+            "pushes": self.pushes,
+            "timings": dict(self.timings),
+        }
 
 
 class _WorkerShell(Worker):

@@ -15,8 +15,12 @@ def ray_session() -> Iterator[None]:
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING",
-                 _node_ip_address="127.0.0.1")
+        ray.init(
+            num_cpus=4,
+            include_dashboard=False,
+            logging_level="WARNING",
+            _node_ip_address="127.0.0.1",
+        )
     yield
     ray.shutdown()
 

@@ -16,7 +16,9 @@ def snapshot(d: Path) -> dict[str, bytes]:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "a3c_ray", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "a3c_ray", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture()
@@ -48,7 +50,11 @@ def existing_run(tmp_path: Path) -> Path:
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_problem(
-    args: list[str], needle: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    args: list[str],
+    needle: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(args) == 2
@@ -59,7 +65,10 @@ def test_bad_input_exits_2_with_one_line_naming_the_problem(
 
 
 def test_every_bad_field_is_reported_at_once(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["train", "--t-max", "0", "--lr", "0", "--env", "Nope-v9", "--set", "env.num_envs=0"]) == 2
+    assert (
+        main(["train", "--t-max", "0", "--lr", "0", "--env", "Nope-v9", "--set", "env.num_envs=0"])
+        == 2
+    )
     err = capsys.readouterr().err
     for field in ("algo.t_max", "algo.lr", "env.id", "env.num_envs"):
         assert field in err
@@ -73,7 +82,9 @@ def test_bad_config_file_is_reported(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "algo.lr: expected a number" in err and "unknown config section 'whatever'" in err
 
 
-def test_existing_run_directory_is_refused_and_left_untouched(existing_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_existing_run_directory_is_refused_and_left_untouched(
+    existing_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = snapshot(existing_run)
     assert main(["train", "--run-dir", str(existing_run), "--max-steps", "100"]) == 2
     assert "already exists" in capsys.readouterr().err
@@ -87,7 +98,9 @@ def test_bad_input_into_existing_run_directory_writes_nothing(existing_run: Path
 
 
 @pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", b"PK\x03\x04truncated zip"])
-def test_corrupt_checkpoint_for_eval_exits_2_without_traceback(tmp_path: Path, content: bytes) -> None:
+def test_corrupt_checkpoint_for_eval_exits_2_without_traceback(
+    tmp_path: Path, content: bytes
+) -> None:
     bad = tmp_path / "ckpt-5.pt"
     bad.write_bytes(content)
     proc = run_cli("eval", str(bad))
@@ -106,6 +119,17 @@ def test_unknown_env_from_the_command_line_exits_2_without_traceback() -> None:
 def test_help_lists_the_train_flags() -> None:
     proc = run_cli("train", "--help")
     assert proc.returncode == 0
-    for flag in ("--env", "--workers", "--envs-per-worker", "--t-max", "--max-steps", "--target-return",
-                 "--time-limit", "--seed", "--run-dir", "--address", "--config"):
+    for flag in (
+        "--env",
+        "--workers",
+        "--envs-per-worker",
+        "--t-max",
+        "--max-steps",
+        "--target-return",
+        "--time-limit",
+        "--seed",
+        "--run-dir",
+        "--address",
+        "--config",
+    ):
         assert flag in proc.stdout

@@ -181,9 +181,7 @@ def test_set_keeps_string_fields_as_strings() -> None:
     cfg = Config()
     cfg.set("model.activation", "null")
     assert cfg.model.activation == "null"
-    assert cfg.validate(check_env=False) == [
-        "model.activation: must be tanh or relu, got 'null'"
-    ]
+    assert cfg.validate(check_env=False) == ["model.activation: must be tanh or relu, got 'null'"]
 
 
 @pytest.mark.parametrize(

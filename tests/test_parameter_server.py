@@ -18,8 +18,14 @@ def make_ps(**overrides: object) -> ParameterServer:
     return ParameterServer(cfg, np.zeros(N, dtype=np.float32), meta={"env_id": "CartPole-v1"})
 
 
-def push(grad: np.ndarray | float = 1.0, version: int = 0, steps: int = 10, **kw: object) -> GradientPush:
-    g = np.full(N, grad, dtype=np.float32) if np.isscalar(grad) else np.asarray(grad, dtype=np.float32)
+def push(
+    grad: np.ndarray | float = 1.0, version: int = 0, steps: int = 10, **kw: object
+) -> GradientPush:
+    g = (
+        np.full(N, grad, dtype=np.float32)
+        if np.isscalar(grad)
+        else np.asarray(grad, dtype=np.float32)
+    )
     return GradientPush(grad=g, version=version, env_steps=steps, **kw)  # type: ignore[arg-type]
 
 
@@ -63,7 +69,9 @@ def test_gradient_is_clipped_to_global_norm() -> None:
     clipped.push(push(g * 100))
     reference.push(push(g / np.linalg.norm(g) * 0.5))
     np.testing.assert_allclose(clipped.weights(), reference.weights(), rtol=1e-4, atol=1e-7)
-    assert clipped.drain_stats()["grad_norm"] == pytest.approx(float(np.linalg.norm(g * 100)), rel=1e-5)
+    assert clipped.drain_stats()["grad_norm"] == pytest.approx(
+        float(np.linalg.norm(g * 100)), rel=1e-5
+    )
 
 
 def test_rmsprop_statistics_are_shared_across_workers() -> None:

@@ -9,6 +9,7 @@ Schulman et al. 2016, eq. 16. It shares no code with ``a3c_ray.returns``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,11 @@ import pytest
 from a3c_ray.returns import Targets, gae, next_values, nstep_returns
 
 GAMMA = 0.9
-TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def assert_close(actual: Any, desired: Any) -> None:
+    """float32 fast code against float64 references."""
+    np.testing.assert_allclose(actual, desired, rtol=1e-5, atol=1e-5)
 
 
 # -- the slow reference ---------------------------------------------------------------------
@@ -147,7 +152,11 @@ def random_rollout(seed: int, T: int = 9, K: int = 6, p_end: float = 0.2) -> dic
 
 
 # T=3, K=1, gamma=0.9: rewards 1, 2, 3; values 0.5, 0.6, 0.7; V(s_T) = 10; V(final) = 5.
-BASE = {"rewards": [[1.0], [2.0], [3.0]], "values": [[0.5], [0.6], [0.7]], "last_values": [10.0]}
+BASE: dict[str, Any] = {
+    "rewards": [[1.0], [2.0], [3.0]],
+    "values": [[0.5], [0.6], [0.7]],
+    "last_values": [10.0],
+}
 
 
 # -- n-step returns: hand computations ------------------------------------------------------
@@ -188,8 +197,8 @@ def test_nstep_returns_match_hand_computation(flags: dict, expected: list[float]
     ro = rollout(**BASE, **flags)
     out = nstep_returns(**ro, gamma=GAMMA)
     assert isinstance(out, Targets)
-    np.testing.assert_allclose(out.returns[:, 0], expected, **TOL)
-    np.testing.assert_allclose(out.advantages, out.returns - ro["values"], **TOL)
+    assert_close(out.returns[:, 0], expected)
+    assert_close(out.advantages, out.returns - ro["values"])
 
 
 def test_nstep_returns_several_envs_with_different_end_times() -> None:
@@ -204,13 +213,13 @@ def test_nstep_returns_several_envs_with_different_end_times() -> None:
     )
     out = nstep_returns(**ro, gamma=GAMMA)
     expected = np.array([[1.0, 6.85, 12.52], [12.8, 6.5, 12.8], [12.0, 12.0, 12.0]])
-    np.testing.assert_allclose(out.returns, expected, **TOL)
+    assert_close(out.returns, expected)
 
 
 def test_nstep_returns_bootstrap_each_env_from_its_own_last_value() -> None:
     ro = rollout(rewards=[[0.0, 0.0]], values=[[0.0, 0.0]], last_values=[1.0, -2.0])
     out = nstep_returns(**ro, gamma=0.5)
-    np.testing.assert_allclose(out.returns, [[0.5, -1.0]], **TOL)
+    assert_close(out.returns, [[0.5, -1.0]])
 
 
 # -- GAE: hand computations -----------------------------------------------------------------
@@ -220,21 +229,21 @@ def test_gae_matches_hand_computation_without_episode_end() -> None:
     # deltas: d0 = 1 + .9*.6 - .5 = 1.04; d1 = 2 + .9*.7 - .6 = 2.03; d2 = 3 + .9*10 - .7 = 11.3
     # with gamma*lambda = .45: A2 = 11.3; A1 = 2.03 + .45*11.3 = 7.115; A0 = 1.04 + .45*7.115
     out = gae(**rollout(**BASE), gamma=GAMMA, lam=0.5)
-    np.testing.assert_allclose(out.advantages[:, 0], [4.24175, 7.115, 11.3], **TOL)
-    np.testing.assert_allclose(out.returns[:, 0], [4.74175, 7.715, 12.0], **TOL)
+    assert_close(out.advantages[:, 0], [4.24175, 7.115, 11.3])
+    assert_close(out.returns[:, 0], [4.74175, 7.715, 12.0])
 
 
 def test_gae_matches_hand_computation_with_termination() -> None:
     # terminated at t=1: d1 = 2 + 0 - .6 = 1.4 and A1 = d1 (nothing flows back from t=2)
     out = gae(**rollout(**BASE, terminated=[(1, 0)]), gamma=GAMMA, lam=0.5)
-    np.testing.assert_allclose(out.advantages[:, 0], [1.04 + 0.45 * 1.4, 1.4, 11.3], **TOL)
+    assert_close(out.advantages[:, 0], [1.04 + 0.45 * 1.4, 1.4, 11.3])
 
 
 def test_gae_matches_hand_computation_with_truncation() -> None:
     # truncated at t=1 with V(final)=5: d1 = 2 + .9*5 - .6 = 5.9 and A1 = d1
     ro = rollout(**BASE, truncated=[(1, 0)], final_values={(1, 0): 5.0})
     out = gae(**ro, gamma=GAMMA, lam=0.5)
-    np.testing.assert_allclose(out.advantages[:, 0], [1.04 + 0.45 * 5.9, 5.9, 11.3], **TOL)
+    assert_close(out.advantages[:, 0], [1.04 + 0.45 * 5.9, 5.9, 11.3])
 
 
 # -- next_values ----------------------------------------------------------------------------
@@ -252,7 +261,7 @@ def test_next_values_picks_the_right_successor_value() -> None:
     nv = next_values(
         ro["values"], ro["terminated"], ro["truncated"], ro["final_values"], ro["last_values"]
     )
-    np.testing.assert_allclose(nv, [[0.0, -1.0, 6.0], [7.0, 0.0, -2.0]])
+    assert_close(nv, [[0.0, -1.0, 6.0], [7.0, 0.0, -2.0]])
 
 
 # -- against the slow reference on random rollouts ------------------------------------------
@@ -263,8 +272,8 @@ def test_next_values_picks_the_right_successor_value() -> None:
 def test_nstep_returns_match_reference(gamma: float, seed: int) -> None:
     ro = random_rollout(seed)
     out = nstep_returns(**ro, gamma=gamma)
-    np.testing.assert_allclose(out.returns, ref_nstep(**ro, gamma=gamma), **TOL)
-    np.testing.assert_allclose(out.advantages, out.returns - ro["values"], **TOL)
+    assert_close(out.returns, ref_nstep(**ro, gamma=gamma))
+    assert_close(out.advantages, out.returns - ro["values"])
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.3, 0.95, 1.0])
@@ -274,8 +283,8 @@ def test_gae_matches_reference(gamma: float, lam: float, seed: int) -> None:
     ro = random_rollout(seed)
     out = gae(**ro, gamma=gamma, lam=lam)
     adv = ref_gae(**ro, gamma=gamma, lam=lam)
-    np.testing.assert_allclose(out.advantages, adv, **TOL)
-    np.testing.assert_allclose(out.returns, adv + ro["values"], **TOL)
+    assert_close(out.advantages, adv)
+    assert_close(out.returns, adv + ro["values"])
 
 
 @pytest.mark.parametrize("p_end", [0.0, 0.3, 1.0])
@@ -284,8 +293,8 @@ def test_gae_with_lambda_one_equals_nstep_returns(gamma: float, p_end: float) ->
     ro = random_rollout(7, p_end=p_end)
     g = gae(**ro, gamma=gamma, lam=1.0)
     n = nstep_returns(**ro, gamma=gamma)
-    np.testing.assert_allclose(g.returns, n.returns, **TOL)
-    np.testing.assert_allclose(g.advantages, n.advantages, **TOL)
+    assert_close(g.returns, n.returns)
+    assert_close(g.advantages, n.advantages)
 
 
 @pytest.mark.parametrize("gamma", [0.5, 0.9, 0.99])
@@ -306,7 +315,7 @@ def test_gae_with_lambda_zero_gives_one_step_td_errors(gamma: float) -> None:
             )
             td[t, k] = ro["rewards"][t, k] + gamma * nv - ro["values"][t, k]
     out = gae(**ro, gamma=gamma, lam=0.0)
-    np.testing.assert_allclose(out.advantages, td, **TOL)
+    assert_close(out.advantages, td)
 
 
 # -- nothing flows back across an episode's end ---------------------------------------------
@@ -331,11 +340,11 @@ def test_nothing_flows_back_across_an_episode_end(flag: str, lam: float) -> None
     after_gae = gae(**changed, gamma=0.99, lam=lam)
 
     for before, after in ((out_nstep, after_nstep), (out_gae, after_gae)):
-        np.testing.assert_allclose(after.returns[:4, 1], before.returns[:4, 1], **TOL)
-        np.testing.assert_allclose(after.advantages[:4, 1], before.advantages[:4, 1], **TOL)
+        assert_close(after.returns[:4, 1], before.returns[:4, 1])
+        assert_close(after.advantages[:4, 1], before.advantages[:4, 1])
         assert not np.allclose(after.returns[4:, 1], before.returns[4:, 1])
         # the other envs are untouched
-        np.testing.assert_allclose(after.returns[:, [0, 2]], before.returns[:, [0, 2]], **TOL)
+        assert_close(after.returns[:, [0, 2]], before.returns[:, [0, 2]])
 
 
 def test_truncation_bootstraps_from_final_value_not_next_step_value() -> None:
@@ -345,13 +354,12 @@ def test_truncation_bootstraps_from_final_value_not_next_step_value() -> None:
     ro["final_values"][2, 0] += 10.0
     moved = nstep_returns(**ro, gamma=0.9).returns
     # R_t for t <= 2 moves by gamma^(3-t) * 10; later steps and the other env do not move
-    np.testing.assert_allclose(moved[:3, 0] - base[:3, 0], [0.9**3 * 10, 0.9**2 * 10, 0.9 * 10], **TOL
-    )
-    np.testing.assert_allclose(moved[3:, 0], base[3:, 0], **TOL)
-    np.testing.assert_allclose(moved[:, 1], base[:, 1], **TOL)
+    assert_close(moved[:3, 0] - base[:3, 0], [0.9**3 * 10, 0.9**2 * 10, 0.9 * 10])
+    assert_close(moved[3:, 0], base[3:, 0])
+    assert_close(moved[:, 1], base[:, 1])
 
 
 def test_termination_ignores_final_value_and_last_value() -> None:
     ro = rollout(**BASE, terminated=[(2, 0)], final_values={(2, 0): 123.0})
     out = nstep_returns(**ro, gamma=GAMMA)
-    np.testing.assert_allclose(out.returns[:, 0], [5.23, 4.7, 3.0], **TOL)
+    assert_close(out.returns[:, 0], [5.23, 4.7, 3.0])

@@ -16,6 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from a3c_ray import metrics as M
 from a3c_ray.checkpoint import list_checkpoints, load_checkpoint
+from a3c_ray.cli import main
 from a3c_ray.config import Config
 from a3c_ray.driver import train
 from a3c_ray.evaluate import evaluate_checkpoint
@@ -33,7 +34,9 @@ def read_tags(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 @pytest.mark.slow
-def test_two_workers_solve_cartpole_to_450_within_300k_steps(ray_session: None, tmp_path: Path) -> None:
+def test_two_workers_solve_cartpole_to_450_within_300k_steps(
+    ray_session: None, tmp_path: Path
+) -> None:
     """Seeded CartPole-v1 with 2 Workers reaches a mean of 450 over the last 100 training episodes
     within 300k env steps, and the run directory holds what DESIGN.md promises."""
     run_dir = tmp_path / "cp"
@@ -51,9 +54,23 @@ def test_two_workers_solve_cartpole_to_450_within_300k_steps(ray_session: None, 
     assert s["mean_return_100"] >= 450 and s["steps_to_target"] <= 300_000
     assert s["seconds_to_target"] > 0 and s["gradient_updates"] > 0 and s["workers"] == 2
     assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(s))
-    for key in ("env_id", "workers", "env_steps", "gradient_updates", "train_seconds", "target_return",
-                "seconds_to_target", "steps_to_target", "mean_return_100", "best_eval_return", "checkpoint",
-                "stopped_because", "worker_restarts", "gradients_dropped", "worker_nodes"):
+    for key in (
+        "env_id",
+        "workers",
+        "env_steps",
+        "gradient_updates",
+        "train_seconds",
+        "target_return",
+        "seconds_to_target",
+        "steps_to_target",
+        "mean_return_100",
+        "best_eval_return",
+        "checkpoint",
+        "stopped_because",
+        "worker_restarts",
+        "gradients_dropped",
+        "worker_nodes",
+    ):
         assert key in s
     assert len(s["worker_nodes"]) == 1
 
@@ -63,15 +80,30 @@ def test_two_workers_solve_cartpole_to_450_within_300k_steps(ray_session: None, 
 
     # Checkpoints: files, pointers, weights_only loads.
     ckpts = list_checkpoints(run_dir / "checkpoints")
-    assert ckpts and (run_dir / "checkpoints" / "latest").exists() and (run_dir / "checkpoints" / "best").exists()
+    assert (
+        ckpts
+        and (run_dir / "checkpoints" / "latest").exists()
+        and (run_dir / "checkpoints" / "best").exists()
+    )
     raw = torch.load(ckpts[-1], weights_only=True)
     assert raw["env_id"] == "CartPole-v1" and raw["env_steps"] == int(ckpts[-1].stem.split("-")[1])
     assert load_checkpoint(run_dir / "checkpoints" / "latest")["path"] == s["checkpoint"]
 
     # TensorBoard: the training charts and the evaluations.
     tags = read_tags(run_dir / "tb")
-    for tag in (M.EPISODIC_RETURN, M.EPISODIC_LENGTH, M.EVAL_RETURN, M.EVAL_LENGTH, M.POLICY_LOSS,
-                M.VALUE_LOSS, M.ENTROPY, M.GRAD_NORM, M.STALENESS, M.UPDATES_PER_SECOND, M.SPS):
+    for tag in (
+        M.EPISODIC_RETURN,
+        M.EPISODIC_LENGTH,
+        M.EVAL_RETURN,
+        M.EVAL_LENGTH,
+        M.POLICY_LOSS,
+        M.VALUE_LOSS,
+        M.ENTROPY,
+        M.GRAD_NORM,
+        M.STALENESS,
+        M.UPDATES_PER_SECOND,
+        M.SPS,
+    ):
         assert tags.get(tag), f"no {tag} in TensorBoard"
     assert max(v for _, v in tags[M.EPISODIC_RETURN]) == 500.0
 
@@ -80,7 +112,9 @@ def test_two_workers_solve_cartpole_to_450_within_300k_steps(ray_session: None, 
     assert res["mean_return"] >= 400, res
 
 
-def test_short_run_stops_at_max_steps_and_writes_everything(ray_session: None, tmp_path: Path) -> None:
+def test_short_run_stops_at_max_steps_and_writes_everything(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = small_config(tmp_path / "short", run__max_steps=2_000)
     result = train(cfg)
     s = result.summary
@@ -89,14 +123,41 @@ def test_short_run_stops_at_max_steps_and_writes_everything(ray_session: None, t
     assert s["checkpoint"] and Path(s["checkpoint"]).exists()
     assert s["best_eval_return"] is not None and s["steps_to_target"] is None
 
+    # `eval` plays the checkpoint and records one mp4 per episode through gymnasium's RecordVideo.
+    videos = tmp_path / "videos"
+    assert main(["eval", s["checkpoint"], "--episodes", "2", "--video", str(videos), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["episodes"] == 2 and len(out["returns"]) == 2
+    assert len(list(videos.glob("*.mp4"))) == 2
+
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(tmp_path: Path, sig: signal.Signals) -> None:
+def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     run_dir = tmp_path / "interrupted"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "a3c_ray", "train", "--workers", "1", "--max-steps", "10000000",
-         "--run-dir", str(run_dir), "--no-progress", "--set", "run.ps_cpus=0.25", "--set", "run.monitor_cpus=0.25"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "RAY_ADDRESS": ""},
+        [
+            sys.executable,
+            "-m",
+            "a3c_ray",
+            "train",
+            "--workers",
+            "1",
+            "--max-steps",
+            "10000000",
+            "--run-dir",
+            str(run_dir),
+            "--no-progress",
+            "--set",
+            "run.ps_cpus=0.25",
+            "--set",
+            "run.monitor_cpus=0.25",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RAY_ADDRESS": ""},
     )
     try:
         deadline = time.monotonic() + 120

@@ -30,7 +30,15 @@ def test_rollout_has_t_max_by_k_shapes_and_counts_steps() -> None:
     w = make_worker()
     ro = w.rollout()
     assert ro.obs.shape == (6, 3, 4) and ro.obs.dtype == np.float32
-    for arr in (ro.actions, ro.rewards, ro.terminated, ro.truncated, ro.values, ro.final_values, ro.resets):
+    for arr in (
+        ro.actions,
+        ro.rewards,
+        ro.terminated,
+        ro.truncated,
+        ro.values,
+        ro.final_values,
+        ro.resets,
+    ):
         assert arr.shape == (6, 3)
     assert ro.last_values.shape == (3,)
     assert w.env_steps == 18
@@ -64,7 +72,9 @@ def test_gradient_pass_recomputes_the_values_seen_while_acting(lstm: bool) -> No
     w.rollout()  # start from a non-zero recurrent state
     ro = w.rollout()
     assert ro.resets.any()
-    _, values = w.model.forward_sequence(torch.from_numpy(ro.obs), ro.initial_state, torch.from_numpy(ro.resets))
+    _, values = w.model.forward_sequence(
+        torch.from_numpy(ro.obs), ro.initial_state, torch.from_numpy(ro.resets)
+    )
     np.testing.assert_allclose(values.detach().numpy(), ro.values, rtol=1e-5, atol=1e-6)
 
 
@@ -109,4 +119,6 @@ def test_single_worker_learns_cartpole_in_process() -> None:
     w = Worker(cfg, 0, tuple(obs.shape), int(act.n))
     w.set_weights(ps.weights(), ps.version)
     w.run(ps.push)
-    assert ps.mean_return_100() >= 150, f"mean return of the last 100 episodes {ps.mean_return_100():.1f}"
+    assert ps.mean_return_100() >= 150, (
+        f"mean return of the last 100 episodes {ps.mean_return_100():.1f}"
+    )
