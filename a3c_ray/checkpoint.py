@@ -88,6 +88,14 @@ class CheckpointManager:
             with contextlib.suppress(CheckpointError, OSError):
                 self.best_return = load_checkpoint(best).get("eval_return")
 
+    def latest_steps(self) -> int | None:
+        """Env steps of the newest checkpoint, read from the ``latest`` pointer's target name."""
+        try:
+            m = _CKPT_RE.match(read_pointer(self.dir / "latest").name)
+        except (OSError, CheckpointError):
+            return None
+        return int(m.group(1)) if m else None
+
     def save(self, state: dict[str, Any], eval_return: float | None = None) -> Path:
         state = {**state, "format": FORMAT, "eval_return": eval_return}
         path = self.dir / f"ckpt-{int(state['env_steps'])}.pt"

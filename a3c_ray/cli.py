@@ -77,6 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--address", help="Ray cluster to attach to (default: RAY_ADDRESS, else an embedded Ray)"
     )
     t.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    t.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue a run from its newest good checkpoint, with its saved config "
+        "(flags may extend --max-steps and --time-limit; the env and model cannot change)",
+    )
+    t.add_argument(
+        "--dashboard-host",
+        default="127.0.0.1",
+        help="address the embedded Ray dashboard listens on (default 127.0.0.1: this machine only)",
+    )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     e = sub.add_parser("eval", help="evaluate a checkpoint", description="Evaluate a checkpoint.")
@@ -98,8 +110,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Sections a resumed run must keep: its checkpoints only fit this env and this network.
+FROZEN_ON_RESUME = ("env", "model")
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
+    if args.resume is not None:
+        return resume_config(args)
     cfg = Config.load(args.config) if args.config else Config()
+    apply_overrides(cfg, args)
+    return cfg
+
+
+def resume_config(args: argparse.Namespace) -> Config:
+    """The saved config of ``--resume RUN_DIR`` with the flags applied; env and model may not change."""
+    saved_file = args.resume / "config.yaml"
+    if not saved_file.exists():
+        raise ConfigError(
+            [f"cannot resume {args.resume}: no config.yaml there (not an a3c-ray run directory)"]
+        )
+    if args.overwrite:
+        raise ConfigError(["--resume and --overwrite exclude each other"])
+    saved = Config.load(saved_file)
+    cfg = Config.load(saved_file)
+    if args.config:
+        for section, values in Config.load(args.config).to_dict().items():
+            for key, value in values.items():
+                if value != Config().get(f"{section}.{key}"):
+                    cfg.set(f"{section}.{key}", value)
+    apply_overrides(cfg, args)
+    problems = [
+        f"--resume cannot change {section}.{key} ({saved.get(f'{section}.{key}')!r} -> {value!r})"
+        for section in FROZEN_ON_RESUME
+        for key, value in getattr(cfg, section).__dict__.items()
+        if value != saved.get(f"{section}.{key}")
+    ]
+    if cfg.run.run_dir not in (None, saved.run.run_dir, str(args.resume)):
+        problems.append(f"--resume {args.resume} and --run-dir {cfg.run.run_dir} disagree")
+    if problems:
+        raise ConfigError(problems)
+    cfg.run.run_dir = str(args.resume)
+    return cfg
+
+
+def apply_overrides(cfg: Config, args: argparse.Namespace) -> None:
+    """--set items, then the named flags, onto ``cfg``; every problem is reported at once."""
     problems: list[str] = []
     for item in args.set:
         key, eq, value = item.partition("=")
@@ -120,14 +175,19 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.run.progress = False
     if problems:
         raise ConfigError(problems)
-    return cfg
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from a3c_ray.driver import train
 
     cfg = config_from_args(args)
-    result = train(cfg, address=args.address, overwrite=args.overwrite)
+    result = train(
+        cfg,
+        address=args.address,
+        overwrite=args.overwrite,
+        resume=args.resume is not None,
+        dashboard_host=args.dashboard_host,
+    )
     s = result.summary
     print(
         json.dumps(

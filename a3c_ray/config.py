@@ -30,29 +30,33 @@ class ConfigError(ValueError):
 class EnvConfig:
     id: str = "CartPole-v1"
     """A registered gymnasium environment id, e.g. ``CartPole-v1`` or ``ALE/Pong-v5``."""
-    num_envs: int = 4
+    num_envs: int = 8
     """Environments per Worker, stepped together as one gymnasium vector env (K)."""
     max_episode_steps: int | None = None
-    """Override of the env's own time limit; episodes cut by it are truncated, not terminated."""
+    """Override of the env's own time limit; episodes cut by it are truncated, not terminated. For Atari it counts agent steps of 4 frames (ALE's own cap is 108,000 frames)."""
+    frame_stack: int | None = None
+    """Observations stacked into one, oldest first. null: 4 for Atari (the papers' input to the feed-forward CNN), none for other envs. With ``model.lstm`` on Atari, 1 is enough: the LSTM state carries the motion."""
+    repeat_action_probability: float | None = None
+    """Atari sticky actions: the chance that the emulator repeats the previous action at each frame instead of the new one. null keeps the id's default: 0.25 for ``ALE/*-v5``, 0 for ``*NoFrameskip-v4``; 0 is the deterministic emulator of the A3C paper."""
 
 
 @dataclass
 class ModelConfig:
     kind: str = "auto"
-    """Network body: ``mlp`` for vector observations; ``auto`` picks from the observation space."""
+    """Network body: ``mlp``; ``cnn``, the A3C paper's (16 8x8/4, 32 4x4/2 convolutions, 256 units); ``nature_cnn`` (32 8x8/4, 64 4x4/2, 64 3x3/1, 512 units); ``auto``: ``cnn`` for image observations [C, H, W], else ``mlp``."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    """Widths of the MLP's hidden layers."""
+    """Widths of the MLP's hidden layers (the CNNs have their papers' fixed sizes)."""
     activation: str = "tanh"
     """Activation of the MLP's hidden layers: ``tanh`` or ``relu``."""
     lstm: bool = False
-    """Put an LSTM cell between the body and the heads (recurrent policy)."""
+    """Put an LSTM cell between the body and the heads (the paper's A3C LSTM), for any body. Its state is carried across rollouts per env and zeroed at each episode start."""
     lstm_size: int = 256
     """Hidden size of the LSTM cell."""
 
 
 @dataclass
 class AlgoConfig:
-    t_max: int = 8
+    t_max: int = 5
     """Rollout length n: steps per environment between two gradient pushes."""
     gamma: float = 0.99
     """Discount factor."""
@@ -62,13 +66,13 @@ class AlgoConfig:
     """Weight of the entropy bonus (beta in the paper)."""
     value_coef: float = 0.5
     """Weight of the value loss."""
-    max_grad_norm: float | None = 0.5
+    max_grad_norm: float | None = 40.0
     """Clip each pushed gradient to this global L2 norm on the ParameterServer; null disables."""
     normalize_advantages: bool = False
     """Standardise advantages within each rollout before the policy loss."""
     optimizer: str = "adam"
     """``rmsprop`` (statistics shared by all Workers, the paper's best variant) or ``adam``."""
-    lr: float = 1e-3
+    lr: float = 3e-3
     """Learning rate at the start of training."""
     lr_anneal: bool = False
     """Anneal the learning rate linearly to 0 over ``run.max_steps`` env steps."""
@@ -175,8 +179,11 @@ class Config:
             raise ConfigError([f"config file {path} must hold a mapping of sections"])
         return cls.from_dict(data)
 
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        Path(path).write_text(self.to_yaml())
 
     # -- field access -----------------------------------------------------------------------
     def set(self, dotted: str, value: Any) -> None:
@@ -215,6 +222,14 @@ class Config:
         need(
             e.max_episode_steps is None or e.max_episode_steps >= 1,
             f"env.max_episode_steps: must be >= 1 or null, got {e.max_episode_steps}",
+        )
+        need(
+            e.frame_stack is None or e.frame_stack >= 1,
+            f"env.frame_stack: must be >= 1 or null, got {e.frame_stack}",
+        )
+        need(
+            e.repeat_action_probability is None or 0.0 <= e.repeat_action_probability <= 1.0,
+            f"env.repeat_action_probability: must be in [0, 1] or null, got {e.repeat_action_probability}",
         )
         need(
             m.kind in MODEL_KINDS,
@@ -298,7 +313,7 @@ class Config:
             raise ConfigError(problems)
 
 
-MODEL_KINDS = ("auto", "mlp")
+MODEL_KINDS = ("auto", "mlp", "cnn", "nature_cnn")
 OPTIMIZERS = ("rmsprop", "adam")
 _SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
 

@@ -2,7 +2,12 @@
 
 It is the only place that waits on actor futures. The loop has the shape of Ray's parameter-server
 example: a dict of in-flight refs and ``ray.wait`` over it, with a timeout so that the Monitor is
-ticked and the progress bar refreshed while Workers train.
+ticked, failed Workers are restarted and the progress bar is refreshed while Workers train.
+
+Failures: a Worker that dies or raises is replaced after a backoff that doubles with each failure
+of its slot; after ``run.max_worker_restarts`` the run stops with an error. The ParameterServer and
+the Monitor are restarted by Ray itself (``max_restarts=-1``), and calls to them are retried; the
+ParameterServer comes back from the newest good checkpoint and the Workers resync to it.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,19 +29,19 @@ from pathlib import Path
 from typing import Any
 
 import ray
-import torch
 from tqdm import tqdm
 
 from a3c_ray import monitor as monitor_mod
 from a3c_ray import parameter_server as ps_mod
 from a3c_ray import worker as worker_mod
-from a3c_ray.checkpoint import atomic_write
+from a3c_ray.checkpoint import CheckpointError, atomic_write, load_latest_good
 from a3c_ray.config import Config, ConfigError
-from a3c_ray.envs import derive_seeds, env_spaces
-from a3c_ray.models import build_model, get_flat_params
+from a3c_ray.envs import env_spaces
+from a3c_ray.metrics import DriverMetrics
+from a3c_ray.remote import NAMESPACE
 
-NAMESPACE = "a3c-ray"
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+MAX_BACKOFF_SECONDS = 60.0
 log = logging.getLogger("a3c_ray")
 
 
@@ -51,18 +58,24 @@ def default_run_dir(env_id: str) -> Path:
     return Path("runs") / f"{env_id.replace('/', '_')}-{stamp}"
 
 
-def prepare_run_dir(cfg: Config, overwrite: bool) -> Path:
-    """The run directory, new and empty; an existing one is refused unless ``overwrite``."""
+def prepare_run_dir(cfg: Config, overwrite: bool, resume: bool) -> Path:
+    """The run directory: new and empty, the one to resume, or an old one emptied with ``overwrite``."""
     run_dir = Path(cfg.run.run_dir) if cfg.run.run_dir else default_run_dir(cfg.env.id)
-    if run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
-        raise ConfigError(
-            [
-                f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it or --overwrite to replace it"
-            ]
-        )
-    if run_dir.exists() and overwrite:
+    if resume:
+        try:
+            load_latest_good(run_dir / "checkpoints")
+        except CheckpointError as e:
+            raise ConfigError([f"cannot resume {run_dir}: {e}"]) from None
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        if not overwrite:
+            raise ConfigError(
+                [
+                    f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it "
+                    "or --overwrite to replace it"
+                ]
+            )
         for sub in ("checkpoints", "tb"):
-            _remove_tree(run_dir / sub)
+            shutil.rmtree(run_dir / sub, ignore_errors=True)
         for name in ("summary.json", "config.yaml"):
             with contextlib.suppress(FileNotFoundError):
                 (run_dir / name).unlink()
@@ -71,13 +84,7 @@ def prepare_run_dir(cfg: Config, overwrite: bool) -> Path:
     return run_dir
 
 
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def connect(cfg: Config, address: str | None) -> bool:
+def connect(cfg: Config, address: str | None, dashboard_host: str = "127.0.0.1") -> bool:
     """Attach to a running cluster or start an embedded one; True when this call started Ray."""
     if ray.is_initialized():
         return False
@@ -85,13 +92,21 @@ def connect(cfg: Config, address: str | None) -> bool:
     if address:
         ray.init(address=address, logging_level=logging.WARNING)
         return False
+    if dashboard_host not in ("127.0.0.1", "localhost", "::1"):
+        warnings.warn(
+            f"the Ray dashboard will listen on {dashboard_host}: anyone who can reach this machine "
+            "and holds the auth token can submit jobs to it",
+            stacklevel=2,
+        )
     workers = cfg.run.workers or os.cpu_count() or 1
     cpus = math.ceil(workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus)
+    # An embedded Ray serves this process only: every node service stays on the loopback address.
     ray.init(
         num_cpus=cpus,
         include_dashboard=True,
-        dashboard_host="127.0.0.1",
+        dashboard_host=dashboard_host,
         logging_level=logging.WARNING,
+        _node_ip_address="127.0.0.1",
     )
     return True
 
@@ -122,6 +137,11 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _one_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else type(e).__name__
+
+
 class Run:
     """The actors of one run, and the loop that watches them."""
 
@@ -133,79 +153,132 @@ class Run:
         obs_space, act_space = env_spaces(cfg.env)
         self.obs_shape = tuple(int(x) for x in obs_space.shape)
         self.n_actions = int(act_space.n)
-        torch.manual_seed(derive_seeds(cfg.run.seed, 0)[0])
-        model = build_model(cfg.model, self.obs_shape, self.n_actions)
         meta = {
             "env_id": cfg.env.id,
             "env": {"max_episode_steps": cfg.env.max_episode_steps},
-            "model": {k: v for k, v in vars(cfg.model).items()},
+            "model": dict(vars(cfg.model)),
             "obs_shape": list(self.obs_shape),
             "n_actions": self.n_actions,
         }
+        restartable = {"max_restarts": -1, "max_task_retries": -1, "namespace": NAMESPACE}
         self.ps = (
             ps_mod.remote_class()
-            .options(
-                name=f"{self.run_id}/ParameterServer", namespace=NAMESPACE, num_cpus=cfg.run.ps_cpus
-            )
-            .remote(cfg, get_flat_params(model), meta)
+            .options(name=f"{self.run_id}/ParameterServer", num_cpus=cfg.run.ps_cpus, **restartable)
+            .remote(cfg, meta, str(run_dir / "checkpoints"), self.run_id)
         )
         self.monitor = (
             monitor_mod.remote_class()
-            .options(
-                name=f"{self.run_id}/Monitor", namespace=NAMESPACE, num_cpus=cfg.run.monitor_cpus
-            )
-            .remote(cfg, str(run_dir), self.obs_shape, self.n_actions, self.ps)
+            .options(name=f"{self.run_id}/Monitor", num_cpus=cfg.run.monitor_cpus, **restartable)
+            .remote(cfg, str(run_dir), self.obs_shape, self.n_actions, self.run_id)
         )
+        start = ray.get(self.ps.progress.remote())
+        self.start_steps = start["env_steps"]
+        self.restored_from = start["restored_from"]
+        self.metrics = DriverMetrics(self.run_id)
         self.worker_cls = worker_mod.remote_class()
         self.workers: dict[int, Any] = {}
         self.pending: dict[Any, int] = {}
+        self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
+        self.restart_at: dict[int, float] = {}
+        self.worker_restarts = 0
         self.results: dict[int, dict[str, Any]] = {}
         self.errors: list[str] = []
+        self.failure_log: list[str] = []
         self.monitor_report: dict[str, Any] = {}
         for i in range(workers):
             self._start_worker(i)
 
+    # -- workers -----------------------------------------------------------------------------
     def _start_worker(self, i: int) -> None:
+        # A restarted or resumed Worker gets a fresh random stream, still derived from the seed.
+        stream = (
+            (self.start_steps, self.failures[i]) if self.start_steps or self.failures[i] else ()
+        )
         w = self.worker_cls.options(
-            name=f"{self.run_id}/Worker-{i}", namespace=NAMESPACE, num_cpus=self.cfg.run.worker_cpus
-        ).remote(self.cfg, i, self.obs_shape, self.n_actions)
+            name=f"{self.run_id}/Worker-{i}",
+            namespace=NAMESPACE,
+            num_cpus=self.cfg.run.worker_cpus,
+        ).remote(self.cfg, i, self.obs_shape, self.n_actions, stream)
         self.workers[i] = w
         self.pending[w.train.remote(self.ps)] = i
 
+    def _worker_failed(self, i: int, error: BaseException) -> None:
+        """Lose the Worker's in-flight rollout, nothing else: replace it after a backoff, or give up."""
+        with contextlib.suppress(Exception):
+            ray.kill(self.workers[i])  # a Worker whose task raised is still alive and holds a CPU
+        self.failures[i] += 1
+        reason = _one_line(error)
+        self.failure_log.append(f"worker {i} failure {self.failures[i]}: {reason}")
+        if self.failures[i] > self.cfg.run.max_worker_restarts:
+            self.errors.append(
+                f"worker {i} failed {self.failures[i]} times (run.max_worker_restarts="
+                f"{self.cfg.run.max_worker_restarts}); last error: {reason}"
+            )
+            ray.get(self.ps.request_stop.remote(ps_mod.STOP_ERROR))
+            return
+        delay = min(self.cfg.run.restart_backoff * 2 ** (self.failures[i] - 1), MAX_BACKOFF_SECONDS)
+        self.restart_at[i] = time.monotonic() + delay
+
+    def _restart_due_workers(self, stopping: bool) -> None:
+        now = time.monotonic()
+        for i, at in list(self.restart_at.items()):
+            if stopping:
+                del self.restart_at[i]
+            elif now >= at:
+                del self.restart_at[i]
+                self._start_worker(i)
+                self.worker_restarts += 1
+                self.metrics.worker_restarted(i)
+
+    # -- the loop ----------------------------------------------------------------------------
     def watch(self, bar: tqdm) -> None:
         """Wait for the Workers to finish, ticking the Monitor and the progress bar meanwhile."""
         tick_ref, last_tick = None, 0.0
-        while self.pending:
-            ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=0.25)
+        progress: dict[str, Any] = {}
+        while self.pending or self.restart_at:
+            ready, _ = (
+                ray.wait(list(self.pending), num_returns=1, timeout=0.25)
+                if self.pending
+                else ([], [])
+            )
             for ref in ready:
                 i = self.pending.pop(ref)
                 try:
                     self.results[i] = ray.get(ref)
                 except ray.exceptions.RayError as e:
-                    self.errors.append(f"worker {i}: {str(e).strip().splitlines()[-1]}")
-                    ray.get(self.ps.request_stop.remote(ps_mod.STOP_ERROR))
+                    self._worker_failed(i, e)
             if tick_ref is not None and ray.wait([tick_ref], timeout=0)[0]:
-                self.monitor_report = ray.get(tick_ref)
+                with contextlib.suppress(
+                    ray.exceptions.RayError
+                ):  # a failed tick is retried next time
+                    self.monitor_report = ray.get(tick_ref)
                 tick_ref = None
             if tick_ref is None and time.monotonic() - last_tick >= self.cfg.monitor.log_every:
                 tick_ref, last_tick = self.monitor.tick.remote(), time.monotonic()
-            self._refresh(bar)
+            progress = ray.get(self.ps.progress.remote())
+            self._restart_due_workers(stopping=progress["stop_reason"] is not None)
+            self._refresh(bar, progress)
+            if not self.pending and not self.restart_at:
+                break
         if tick_ref is not None:
-            self.monitor_report = ray.get(tick_ref)
+            with contextlib.suppress(ray.exceptions.RayError):
+                self.monitor_report = ray.get(tick_ref)
 
-    def _refresh(self, bar: tqdm) -> None:
-        p = ray.get(self.ps.progress.remote())
+    def _refresh(self, bar: tqdm, p: dict[str, Any]) -> None:
         bar.update(min(p["env_steps"], bar.total) - bar.n)
         secs = p["train_seconds"]
         ev = self.monitor_report.get("last_eval_return")
+        restarts = f" | restarts {self.worker_restarts}" if self.worker_restarts else ""
         bar.set_postfix_str(
             f"SPS {p['env_steps'] / secs if secs > 0 else 0:,.0f} | ret100 {p['mean_return_100']:.1f}"
-            f" | eval {'-' if ev is None else f'{ev:.1f}'} | stale {p['staleness_mean']:.2f}/{p['staleness_max']}",
+            f" | eval {'-' if ev is None else f'{ev:.1f}'}"
+            f" | stale {p['staleness_mean']:.2f}/{p['staleness_max']}{restarts}",
             refresh=False,
         )
 
     def interrupt(self, grace: float = 30.0) -> None:
         """Stop the Workers at their next push and wait for them (bounded)."""
+        self.restart_at.clear()
         ray.get(self.ps.request_stop.remote(ps_mod.STOP_INTERRUPTED))
         if self.pending:
             ray.wait(list(self.pending), num_returns=len(self.pending), timeout=grace)
@@ -216,7 +289,7 @@ class Run:
             self.monitor_report = ray.get(self.monitor.tick.remote(force_eval=True))
             ray.get(self.monitor.close.remote())
         except ray.exceptions.RayError as e:
-            self.errors.append(f"monitor: {str(e).strip().splitlines()[-1]}")
+            self.errors.append(f"monitor: {_one_line(e)}")
         p = ray.get(self.ps.progress.remote())
         nodes = sorted({r["node_id"] for r in self.results.values() if "node_id" in r})
         return {
@@ -226,9 +299,7 @@ class Run:
             "gradient_updates": p["gradients_applied"],
             "train_seconds": round(p["train_seconds"], 3),
             "wall_seconds": round(time.monotonic() - started_at, 3),
-            "env_steps_per_second": p["env_steps"] / p["train_seconds"]
-            if p["train_seconds"]
-            else None,
+            "env_steps_per_second": _rate(p["env_steps"] - self.start_steps, p["train_seconds"]),
             "target_return": self.cfg.run.target_return,
             "seconds_to_target": p["seconds_to_target"],
             "steps_to_target": p["steps_to_target"],
@@ -238,20 +309,29 @@ class Run:
             "last_eval_return": self.monitor_report.get("last_eval_return"),
             "checkpoint": self.monitor_report.get("checkpoint"),
             "stopped_because": p["stop_reason"],
-            "worker_restarts": 0,
+            "worker_restarts": self.worker_restarts,
+            "ps_restarts": p["ps_restarts"],
+            "env_restarts": p["env_restarts"],
             "gradients_dropped": p["gradients_dropped"],
             "staleness_mean": p["staleness_mean"],
             "staleness_max": p["staleness_max"],
             "version": p["version"],
+            "resumed_from": self.restored_from,
             "worker_nodes": nodes,
+            "run_id": self.run_id,
             "run_dir": str(self.run_dir),
+            "failures": self.failure_log[-20:],
             "errors": self.errors,
         }
 
     def shutdown(self) -> None:
         for actor in [*self.workers.values(), self.monitor, self.ps]:
             with contextlib.suppress(Exception):
-                ray.kill(actor)
+                ray.kill(actor, no_restart=True)
+
+
+def _rate(steps: int, seconds: float) -> float | None:
+    return steps / seconds if seconds else None
 
 
 def _finite(x: float | None) -> float | None:
@@ -264,16 +344,20 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     )
 
 
-def train(cfg: Config, address: str | None = None, overwrite: bool = False) -> RunResult:
+def train(
+    cfg: Config,
+    address: str | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+    dashboard_host: str = "127.0.0.1",
+) -> RunResult:
     """Run one training to its end. Bad input raises ConfigError before anything is written."""
     cfg.check()
-    run_dir = prepare_run_dir(cfg, overwrite)
-    started = connect(cfg, address)
-    cfg.run.workers = cfg.run.workers or default_workers(cfg, started)
-    cfg.save(run_dir / "config.yaml")
-    t0 = time.monotonic()
+    run_dir = prepare_run_dir(cfg, overwrite, resume)
+    started = connect(cfg, address, dashboard_host)
     run = None
     interrupted = False
+    summary: dict[str, Any] = {"env_id": cfg.env.id, "run_dir": str(run_dir)}
     bar = tqdm(
         total=cfg.run.max_steps,
         unit="step",
@@ -283,6 +367,9 @@ def train(cfg: Config, address: str | None = None, overwrite: bool = False) -> R
         mininterval=0.5,
     )
     try:
+        cfg.run.workers = cfg.run.workers or default_workers(cfg, started)
+        atomic_write(run_dir / "config.yaml", lambda f: f.write(cfg.to_yaml().encode()))
+        t0 = time.monotonic()
         with sigterm_as_interrupt():
             try:
                 run = Run(cfg, run_dir, cfg.run.workers)
@@ -292,14 +379,7 @@ def train(cfg: Config, address: str | None = None, overwrite: bool = False) -> R
                 if run is not None:
                     run.interrupt()
             bar.close()
-            if run is None:
-                summary = {
-                    "env_id": cfg.env.id,
-                    "stopped_because": "interrupted",
-                    "run_dir": str(run_dir),
-                }
-            else:
-                summary = run.finish(t0)
+            summary = run.finish(t0) if run is not None else {**summary, "errors": []}
             if interrupted:
                 summary["stopped_because"] = ps_mod.STOP_INTERRUPTED
             write_summary(run_dir, summary)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,24 @@ import torch
 
 from a3c_ray.checkpoint import CheckpointError, load_checkpoint
 from a3c_ray.config import ConfigError, EnvConfig, ModelConfig
-from a3c_ray.envs import check_env_id, make_eval_env
+from a3c_ray.envs import check_env_id, is_atari, make_eval_env
 from a3c_ray.evaluation import run_episodes, summarize
 from a3c_ray.models import ActorCritic, build_model, num_params, set_flat_params
+
+
+def env_config_from_checkpoint(state: dict[str, Any]) -> EnvConfig:
+    """The evaluation env of a checkpoint: its env id and the ``env`` settings it recorded.
+
+    Settings it lacks take their defaults, except the frame stack, which the observation shape
+    tells for Atari ([stack, 84, 84]).
+    """
+    env_id = str(state["env_id"])
+    known = {f.name for f in dataclasses.fields(EnvConfig)} - {"id", "num_envs"}
+    saved = {k: v for k, v in dict(state.get("env") or {}).items() if k in known}
+    cfg = EnvConfig(id=env_id, num_envs=1, **saved)
+    if "frame_stack" not in saved and is_atari(env_id) and len(state["obs_shape"]) == 3:
+        cfg.frame_stack = int(state["obs_shape"][0])
+    return cfg
 
 
 def model_from_checkpoint(state: dict[str, Any]) -> ActorCritic:
@@ -47,7 +63,7 @@ def evaluate_checkpoint(
     if problem:
         raise ConfigError([f"checkpoint {state['path']}: {problem}"])
     model = model_from_checkpoint(state)
-    env_cfg = EnvConfig(id=env_id, max_episode_steps=state.get("env", {}).get("max_episode_steps"))
+    env_cfg = env_config_from_checkpoint(state)
     if video_dir is not None:
         if importlib.util.find_spec("moviepy") is None:
             raise ConfigError(["--video needs moviepy: pip install 'a3c-ray[video]'"])
@@ -60,6 +76,13 @@ def evaluate_checkpoint(
         )
     else:
         env = make_eval_env(env_cfg)
+    shape = tuple(int(x) for x in env.observation_space.shape or ())
+    if shape != tuple(int(x) for x in state["obs_shape"]):
+        env.close()
+        raise CheckpointError(
+            f"checkpoint {state['path']} was trained on observations of shape "
+            f"{tuple(state['obs_shape'])}, its env now gives {shape}"
+        )
     torch.set_num_threads(1)
     try:
         eps = run_episodes(model, env, episodes, seed, greedy=greedy)

@@ -28,7 +28,8 @@ def run_episodes(
         state = model.initial_state(1)
         total, length, done = 0.0, 0, False
         while not done:
-            logits, _, state = model(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0), state)
+            # The recurrent state is carried through the episode, from zeros at its start.
+            logits, _, state = model(torch.as_tensor(obs).unsqueeze(0), state)
             if greedy:
                 action = int(logits.argmax(-1))
             else:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 # TensorBoard tags.
 EPISODIC_RETURN = "charts/episodic_return"
 EPISODIC_LENGTH = "charts/episodic_length"
@@ -31,3 +34,123 @@ TENSORBOARD_TAGS = (
 
 # Worker statistics (keys of GradientPush.stats) and the tags they are charted under.
 LOSS_TAGS = {"policy_loss": POLICY_LOSS, "value_loss": VALUE_LOSS, "entropy": ENTROPY}
+
+# Ray metrics (Prometheus shows them with a ray_ prefix; counters also get a _total suffix).
+RAY_ENV_STEPS = "a3c_env_steps"
+RAY_GRADIENTS_APPLIED = "a3c_gradients_applied"
+RAY_GRADIENTS_DROPPED = "a3c_gradients_dropped"
+RAY_PARAM_VERSION = "a3c_param_version"
+RAY_GRADIENT_STALENESS = "a3c_gradient_staleness"
+RAY_EPISODE_RETURN = "a3c_episode_return"
+RAY_EVAL_RETURN = "a3c_eval_return"
+RAY_ENV_STEPS_PER_SECOND = "a3c_env_steps_per_second"
+RAY_WORKER_RESTARTS = "a3c_worker_restarts"
+RAY_METRICS = (
+    RAY_ENV_STEPS,
+    RAY_GRADIENTS_APPLIED,
+    RAY_GRADIENTS_DROPPED,
+    RAY_PARAM_VERSION,
+    RAY_GRADIENT_STALENESS,
+    RAY_EPISODE_RETURN,
+    RAY_EVAL_RETURN,
+    RAY_ENV_STEPS_PER_SECOND,
+    RAY_WORKER_RESTARTS,
+)
+
+
+class ParameterServerMetrics:
+    """The ParameterServer's Ray metrics, exported as deltas at most once per ``every`` seconds.
+
+    Counting happens in plain Python on the hot path; only ``maybe_export`` talks to Ray.
+    """
+
+    def __init__(self, run: str, ps: Any, every: float = 1.0):
+        from ray.util.metrics import Counter, Gauge
+
+        self.run, self.every = run, every
+        self.env_steps = Counter(RAY_ENV_STEPS, "Env steps taken, by worker.", ("run", "worker"))
+        self.applied = Counter(RAY_GRADIENTS_APPLIED, "Gradients applied.", ("run",))
+        self.dropped = Counter(
+            RAY_GRADIENTS_DROPPED, "Gradients dropped, by reason.", ("run", "reason")
+        )
+        self.version = Gauge(RAY_PARAM_VERSION, "Version of the global weights.", ("run",))
+        self.staleness = Gauge(
+            RAY_GRADIENT_STALENESS,
+            "Staleness of applied gradients since the last export (mean, max).",
+            ("run", "stat"),
+        )
+        self.episode_return = Gauge(
+            RAY_EPISODE_RETURN, "Mean return of the last 100 training episodes.", ("run",)
+        )
+        self.sps = Gauge(RAY_ENV_STEPS_PER_SECOND, "Env steps per second, all workers.", ("run",))
+        # Counters count from this process's start: a restored server does not re-count its past.
+        self._last: dict[Any, Any] = {
+            "applied": ps.gradients_applied,
+            "staleness_sum": ps.staleness_sum,
+            "env_steps": ps.env_steps,
+            **{("steps", w): n for w, n in ps.worker_steps.items()},
+            ("dropped", "nonfinite"): ps.dropped_nonfinite,
+            ("dropped", "stale"): ps.dropped_stale,
+            ("dropped", "resync"): ps.dropped_resync,
+        }
+        self._last_time = time.monotonic()
+        self._next = 0.0
+
+    def maybe_export(self, ps: Any) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + self.every
+        last, run = self._last, {"run": self.run}
+        for worker, steps in ps.worker_steps.items():
+            delta = steps - last.get(("steps", worker), 0)
+            if delta > 0:
+                self.env_steps.inc(delta, {**run, "worker": str(worker)})
+            last[("steps", worker)] = steps
+        for reason, count in (
+            ("nonfinite", ps.dropped_nonfinite),
+            ("stale", ps.dropped_stale),
+            ("resync", ps.dropped_resync),
+        ):
+            delta = count - last.get(("dropped", reason), 0)
+            if delta > 0:
+                self.dropped.inc(delta, {**run, "reason": reason})
+            last[("dropped", reason)] = count
+        applied = ps.gradients_applied - last["applied"]
+        if applied > 0:
+            self.applied.inc(applied, run)
+            mean = (ps.staleness_sum - last.get("staleness_sum", 0)) / applied
+            self.staleness.set(mean, {**run, "stat": "mean"})
+        self.staleness.set(ps.staleness_max, {**run, "stat": "max"})
+        last["applied"], last["staleness_sum"] = ps.gradients_applied, ps.staleness_sum
+        self.version.set(ps.version, run)
+        if ps.recent_returns:
+            self.episode_return.set(ps.mean_return_100(), run)
+        steps = ps.env_steps
+        if now > self._last_time:
+            self.sps.set((steps - last["env_steps"]) / (now - self._last_time), run)
+        last["env_steps"], self._last_time = steps, now
+
+
+class EvalMetrics:
+    def __init__(self, run: str):
+        from ray.util.metrics import Gauge
+
+        self.run = run
+        self.eval_return = Gauge(RAY_EVAL_RETURN, "Mean return of the latest evaluation.", ("run",))
+
+    def record(self, mean_return: float) -> None:
+        self.eval_return.set(mean_return, {"run": self.run})
+
+
+class DriverMetrics:
+    def __init__(self, run: str):
+        from ray.util.metrics import Counter
+
+        self.run = run
+        self.restarts = Counter(
+            RAY_WORKER_RESTARTS, "Workers restarted after a failure.", ("run", "worker")
+        )
+
+    def worker_restarted(self, worker: int) -> None:
+        self.restarts.inc(1, {"run": self.run, "worker": str(worker)})

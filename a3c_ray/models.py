@@ -4,12 +4,17 @@ Every model maps (observation, recurrent state) to (policy logits, value, new st
 models carry an empty state, so Workers, the Monitor and ``eval`` treat all models the same way.
 Weights and gradients leave a model as one flat float32 vector, the unit the ParameterServer works
 on and the only thing that travels between actors.
+
+Bodies: an MLP for vector observations; for images [C, H, W] with pixel values in 0..255, the
+A3C paper's CNN (Mnih et al. 2016, Section 8, after Mnih et al. 2013) and the larger Nature CNN
+(Mnih et al. 2015). The paper's A3C LSTM puts 256 LSTM cells after the body's last hidden layer.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -20,10 +25,14 @@ from a3c_ray.config import ModelConfig
 State = tuple[torch.Tensor, ...]
 
 
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Linear:
+Layer = TypeVar("Layer", nn.Linear, nn.Conv2d)
+
+
+def layer_init(layer: Layer, std: float = math.sqrt(2), bias: float = 0.0) -> Layer:
     """Orthogonal weights with gain ``std`` and constant bias (policy head 0.01, value head 1.0)."""
     nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, bias)
+    if layer.bias is not None:
+        nn.init.constant_(layer.bias, bias)
     return layer
 
 
@@ -40,6 +49,12 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.body = body
         self.lstm = nn.LSTMCell(body_out, lstm_size) if lstm_size else None
+        if self.lstm is not None and False:
+            for name, p in self.lstm.named_parameters():
+                if name.startswith("weight"):
+                    nn.init.orthogonal_(p, 1.0)
+                else:
+                    nn.init.zeros_(p)
         head_in = lstm_size if lstm_size else body_out
         self.policy = layer_init(nn.Linear(head_in, n_actions), std=0.01)
         self.value = layer_init(nn.Linear(head_in, 1), std=1.0)
@@ -58,7 +73,7 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, state: State = (), reset: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for a batch: obs [B, ...] -> logits [B, A], value [B], new state."""
-        x = self.body(obs)
+        x = self.body(obs if obs.is_floating_point() else obs.float())
         if self.lstm is not None:
             h, c = state
             if reset is not None:
@@ -97,15 +112,57 @@ def mlp(in_dim: int, hidden_sizes: Sequence[int], activation: str) -> nn.Sequent
     return nn.Sequential(*layers)
 
 
+class Scale(nn.Module):
+    """Pixels 0..255 to 0..1, inside the model so that observations travel as uint8."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * (1.0 / 255.0)
+
+
+# (out_channels, kernel, stride) of each convolution, then the width of the hidden layer.
+CNN_LAYERS: dict[str, tuple[list[tuple[int, int, int]], int]] = {
+    "cnn": ([(16, 8, 4), (32, 4, 2)], 256),  # Mnih et al. 2013; the A3C paper's network
+    "nature_cnn": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),  # Mnih et al. 2015
+}
+
+
+def cnn(kind: str, obs_shape: Sequence[int]) -> tuple[nn.Sequential, int]:
+    """A convolutional body for [C, H, W] images and the width of its output."""
+    convs, hidden = CNN_LAYERS[kind]
+    layers: list[nn.Module] = [Scale()]
+    channels = int(obs_shape[0])
+    for out, kernel, stride in convs:
+        layers += [layer_init(nn.Conv2d(channels, out, kernel, stride)), nn.ReLU()]
+        channels = out
+    layers.append(nn.Flatten())
+    with torch.no_grad():
+        flat = int(nn.Sequential(*layers)(torch.zeros(1, *obs_shape)).shape[1])
+    layers += [layer_init(nn.Linear(flat, hidden)), nn.ReLU()]
+    return nn.Sequential(*layers), hidden
+
+
+def resolve_kind(kind: str, obs_shape: Sequence[int]) -> str:
+    """The body ``auto`` stands for: the A3C paper's CNN for images [C, H, W], else an MLP."""
+    if kind != "auto":
+        return kind
+    return "cnn" if len(obs_shape) == 3 else "mlp"
+
+
 def build_model(cfg: ModelConfig, obs_shape: Sequence[int], n_actions: int) -> ActorCritic:
     """The network a config asks for, for observations of ``obs_shape`` and ``n_actions`` actions."""
-    kind = cfg.kind
-    if kind == "auto":
-        kind = "mlp"
-    if kind != "mlp":
-        raise ValueError(f"unknown model kind '{cfg.kind}'")
-    body = mlp(int(np.prod(obs_shape)), cfg.hidden_sizes, cfg.activation)
-    return ActorCritic(body, cfg.hidden_sizes[-1], n_actions, cfg.lstm_size if cfg.lstm else None)
+    kind = resolve_kind(cfg.kind, obs_shape)
+    lstm_size = cfg.lstm_size if cfg.lstm else None
+    if kind == "mlp":
+        body = mlp(int(np.prod(obs_shape)), cfg.hidden_sizes, cfg.activation)
+        return ActorCritic(body, cfg.hidden_sizes[-1], n_actions, lstm_size)
+    if kind in CNN_LAYERS:
+        if len(obs_shape) != 3:
+            raise ValueError(
+                f"model kind '{kind}' needs image observations [C, H, W], got shape {tuple(obs_shape)}"
+            )
+        body, width = cnn(kind, obs_shape)
+        return ActorCritic(body, width, n_actions, lstm_size)
+    raise ValueError(f"unknown model kind '{cfg.kind}'")
 
 
 def get_flat_params(model: nn.Module) -> np.ndarray:

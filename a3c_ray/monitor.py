@@ -52,13 +52,17 @@ class Monitor:
         self.last_eval_return: float | None = None
         self.best_eval_return: float | None = self.ckpts.best_return
         self.last_checkpoint: str | None = None
+        # A resumed run, or a restarted Monitor, does not re-evaluate what is already checkpointed.
+        self.last_eval_steps: int | None = self.ckpts.latest_steps()
         self._last_steps: int | None = None
         self._last_time = time.monotonic()
 
     def tick(self, force_eval: bool = False) -> dict[str, Any]:
         """Chart what happened since the last tick; evaluate and checkpoint when due (or forced)."""
         self.log_training(self.ps.drain_stats())
-        if force_eval or time.monotonic() - self.last_eval_time >= self.cfg.monitor.eval_every:
+        due = time.monotonic() - self.last_eval_time >= self.cfg.monitor.eval_every
+        new_steps = (self._last_steps or 0) > (self.last_eval_steps or 0)
+        if force_eval or (due and new_steps):
             self.evaluate_and_checkpoint()
         return self.report()
 
@@ -100,6 +104,7 @@ class Monitor:
         )
         mean, _, mean_len = summarize(episodes)
         step = int(state["env_steps"])
+        self.last_eval_steps = step
         self.writer.add_scalar(M.EVAL_RETURN, mean, step)
         self.writer.add_scalar(M.EVAL_LENGTH, mean_len, step)
         self.writer.flush()
@@ -116,13 +121,26 @@ class Monitor:
 
 
 class _MonitorShell(Monitor):
+    """The Ray actor. Ray restarts it after a crash; checkpoints are atomic, so none is lost."""
+
     def __init__(
-        self, cfg: Config, run_dir: str, obs_shape: tuple[int, ...], n_actions: int, ps: Any
+        self, cfg: Config, run_dir: str, obs_shape: tuple[int, ...], n_actions: int, run: str
     ):
-        from a3c_ray.remote import RemoteProxy, one_torch_thread
+        import ray
+
+        from a3c_ray.metrics import EvalMetrics
+        from a3c_ray.remote import NAMESPACE, RemoteProxy, one_torch_thread
 
         one_torch_thread()
+        # Found by name, so that a restarted Monitor needs no handle among its arguments.
+        ps = ray.get_actor(f"{run}/ParameterServer", namespace=NAMESPACE)
         Monitor.__init__(self, cfg, run_dir, obs_shape, n_actions, RemoteProxy(ps))
+        self.metrics = EvalMetrics(run)
+
+    def evaluate_and_checkpoint(self) -> None:
+        Monitor.evaluate_and_checkpoint(self)
+        if self.last_eval_return is not None:
+            self.metrics.record(self.last_eval_return)
 
 
 def remote_class() -> Any:

@@ -11,14 +11,19 @@ from __future__ import annotations
 import copy
 import math
 import time
+import uuid
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from a3c_ray.checkpoint import CheckpointError, list_checkpoints, load_latest_good
 from a3c_ray.config import AlgoConfig, Config
+from a3c_ray.stats import Window
 
 STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
 STOP_INTERRUPTED, STOP_ERROR = "interrupted", "error"
@@ -40,6 +45,10 @@ class GradientPush:
     episode_lengths: list[int] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
     """Loss terms and timings of the rollout, for the charts."""
+    lineage: str = ""
+    """Lineage of the ParameterServer the weights came from; a restored server starts a new one."""
+    env_restarts: int = 0
+    """Environments recreated after raising, during this rollout."""
 
 
 class PushReply(NamedTuple):
@@ -48,6 +57,16 @@ class PushReply(NamedTuple):
     version: int
     stop: bool
     applied: bool
+    lineage: str = ""
+
+
+def initial_params(cfg: Config, obs_shape: tuple[int, ...], n_actions: int) -> np.ndarray:
+    """The run's initial weights, a function of the seed alone."""
+    from a3c_ray.envs import derive_seeds
+    from a3c_ray.models import build_model, get_flat_params
+
+    torch.manual_seed(derive_seeds(cfg.run.seed, 0)[0])
+    return get_flat_params(build_model(cfg.model, obs_shape, n_actions))
 
 
 def make_optimizer(params: list[torch.Tensor], algo: AlgoConfig) -> torch.optim.Optimizer:
@@ -59,7 +78,15 @@ def make_optimizer(params: list[torch.Tensor], algo: AlgoConfig) -> torch.optim.
 
 
 class ParameterServer:
-    def __init__(self, cfg: Config, init_params: np.ndarray, meta: dict[str, Any] | None = None):
+    """Applies gradients; with ``restore_dir`` holding checkpoints, starts from the newest good one."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        init_params: np.ndarray,
+        meta: dict[str, Any] | None = None,
+        restore_dir: str | None = None,
+    ):
         self.cfg = cfg
         self.meta = dict(meta or {})
         self.flat = torch.nn.Parameter(torch.tensor(np.asarray(init_params, dtype=np.float32)))
@@ -69,6 +96,10 @@ class ParameterServer:
         self.gradients_applied = 0
         self.dropped_nonfinite = 0
         self.dropped_stale = 0
+        self.dropped_resync = 0
+        self.env_restarts = 0
+        self.restarts = 0
+        self.worker_steps: dict[int, int] = {}
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.staleness_sum = 0
@@ -78,12 +109,20 @@ class ParameterServer:
         self.stop_reason: str | None = None
         self.steps_to_target: int | None = None
         self.seconds_to_target: float | None = None
-        self._pending = _Window()
+        self._pending = Window()
         self._weights_cache: tuple[int, np.ndarray] | None = None
+        self.lineage = uuid.uuid4().hex[:12]
+        self.restored_from: str | None = None
+        if restore_dir is not None and list_checkpoints(Path(restore_dir)):
+            state = load_latest_good(restore_dir)
+            self.load_state_dict(state)
+            self.restored_from = state["path"]
 
     # -- the hot path ------------------------------------------------------------------------
     def push(self, p: GradientPush) -> PushReply:
         self.env_steps += p.env_steps
+        self.env_restarts += p.env_restarts
+        self.worker_steps[p.worker] = self.worker_steps.get(p.worker, 0) + p.env_steps
         self._record_episodes(p)
         staleness = self.version - p.version
         grad = torch.tensor(p.grad, dtype=torch.float32)  # a copy: arrays from Ray are read-only
@@ -92,7 +131,10 @@ class ParameterServer:
             raise ValueError(
                 f"gradient of size {grad.numel()} for parameters of size {self.flat.numel()}"
             )
-        if not bool(torch.isfinite(grad).all()):
+        if p.lineage and p.lineage != self.lineage:
+            # Computed from the weights of a server that has since been restored from a checkpoint.
+            self.dropped_resync += 1
+        elif not bool(torch.isfinite(grad).all()):
             self.dropped_nonfinite += 1
         elif self.cfg.algo.max_staleness is not None and staleness > self.cfg.algo.max_staleness:
             self.dropped_stale += 1
@@ -101,8 +143,9 @@ class ParameterServer:
             applied = True
         self._pending.add_push(p.stats)
         self._check_stop()
-        weights = self.weights() if self.version != p.version else None
-        return PushReply(weights, self.version, self.stop_reason is not None, applied)
+        moved = self.version != p.version or bool(p.lineage and p.lineage != self.lineage)
+        weights = self.weights() if moved else None
+        return PushReply(weights, self.version, self.stop_reason is not None, applied, self.lineage)
 
     def _apply(self, grad: torch.Tensor, staleness: int) -> None:
         if self.t_first is None:
@@ -166,8 +209,8 @@ class ParameterServer:
             self._weights_cache = (self.version, self.flat.detach().numpy().copy())
         return self._weights_cache[1]
 
-    def get_weights(self) -> tuple[np.ndarray, int]:
-        return self.weights(), self.version
+    def get_weights(self) -> tuple[np.ndarray, int, str]:
+        return self.weights(), self.version, self.lineage
 
     def progress(self) -> dict[str, Any]:
         n = max(self.gradients_applied, 1)
@@ -175,9 +218,14 @@ class ParameterServer:
             "env_steps": self.env_steps,
             "version": self.version,
             "gradients_applied": self.gradients_applied,
-            "gradients_dropped": self.dropped_nonfinite + self.dropped_stale,
+            "gradients_dropped": self.gradients_dropped(),
             "dropped_nonfinite": self.dropped_nonfinite,
             "dropped_stale": self.dropped_stale,
+            "dropped_resync": self.dropped_resync,
+            "env_restarts": self.env_restarts,
+            "ps_restarts": self.restarts,
+            "restored_from": self.restored_from,
+            "worker_steps": dict(self.worker_steps),
             "episodes": self.episodes,
             "mean_return_100": self.mean_return_100(),
             "staleness_mean": self.staleness_sum / n,
@@ -190,8 +238,11 @@ class ParameterServer:
 
     def drain_stats(self) -> dict[str, Any]:
         """Training statistics gathered since the last call, for the Monitor's charts."""
-        window, self._pending = self._pending, _Window()
+        window, self._pending = self._pending, Window()
         return {**window.summary(), "env_steps": self.env_steps, "version": self.version}
+
+    def gradients_dropped(self) -> int:
+        return self.dropped_nonfinite + self.dropped_stale + self.dropped_resync
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -208,13 +259,30 @@ class ParameterServer:
             "version": self.version,
             "env_steps": self.env_steps,
             "gradients_applied": self.gradients_applied,
-            "gradients_dropped": self.dropped_nonfinite + self.dropped_stale,
+            "gradients_dropped": self.gradients_dropped(),
             "episodes": self.episodes,
             "recent_returns": torch.tensor(list(self.recent_returns), dtype=torch.float64),
             "train_seconds": self.train_seconds(),
+            "env_restarts": self.env_restarts,
+            "ps_restarts": self.restarts,
         }
 
+    def check_compatible(self, state: dict[str, Any]) -> None:
+        """A checkpoint of another env or model shape is refused with a clear error."""
+        where = state.get("path", "checkpoint")
+        for key in ("env_id", "obs_shape", "n_actions"):
+            if key in self.meta and key in state and self.meta[key] != state[key]:
+                raise CheckpointError(
+                    f"{where} is for {key}={state[key]!r}, this run has {self.meta[key]!r}"
+                )
+        if state["params"].numel() != self.flat.numel():
+            raise CheckpointError(
+                f"{where} holds {state['params'].numel()} parameters, "
+                f"this run's model has {self.flat.numel()}"
+            )
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_compatible(state)
         with torch.no_grad():
             self.flat.copy_(state["params"])
         if "optimizer" in state:
@@ -225,46 +293,9 @@ class ParameterServer:
         self.episodes = int(state.get("episodes", 0))
         self.recent_returns.extend(float(x) for x in state.get("recent_returns", []))
         self.train_seconds_before = float(state.get("train_seconds", 0.0))
-
-
-class _Window:
-    """Sums over the pushes and updates between two drains."""
-
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
-        self.episodes: list[tuple[int, float, int]] = []
-        self.pushes = 0
-        self.updates = 0
-        self.staleness_sum = 0
-        self.staleness_max = 0
-        self.grad_norm_sum = 0.0
-        self.stat_sums: dict[str, float] = {}
-
-    def add_push(self, stats: dict[str, float]) -> None:
-        self.pushes += 1
-        for k, v in stats.items():
-            self.stat_sums[k] = self.stat_sums.get(k, 0.0) + float(v)
-
-    def add_update(self, staleness: int, grad_norm: float) -> None:
-        self.updates += 1
-        self.staleness_sum += staleness
-        self.staleness_max = max(self.staleness_max, staleness)
-        self.grad_norm_sum += grad_norm
-
-    def summary(self) -> dict[str, Any]:
-        seconds = max(time.monotonic() - self.t0, 1e-9)
-        pushes, updates = max(self.pushes, 1), max(self.updates, 1)
-        return {
-            "seconds": seconds,
-            "episodes": self.episodes,
-            "pushes": self.pushes,
-            "updates": self.updates,
-            "updates_per_second": self.updates / seconds,
-            "staleness_mean": self.staleness_sum / updates if self.updates else None,
-            "staleness_max": self.staleness_max if self.updates else None,
-            "grad_norm": self.grad_norm_sum / updates if self.updates else None,
-            "means": {k: v / pushes for k, v in self.stat_sums.items()},
-        }
+        self.env_restarts = int(state.get("env_restarts", 0))
+        self.restarts = int(state.get("ps_restarts", 0))
+        self.dropped_nonfinite = int(state.get("gradients_dropped", 0))
 
 
 # Weights above this size are sent as one object-store ref per version, which every Worker on a
@@ -273,15 +304,31 @@ WEIGHTS_BY_REF_BYTES = 1 << 20
 
 
 class _ParameterServerShell(ParameterServer):
-    def __init__(self, *args: Any, **kwargs: Any):
+    """The Ray actor. Ray restarts it after a crash; it then resumes from the newest checkpoint.
+
+    It builds its initial weights from the seed rather than taking them as an argument, so that a
+    restart never depends on a large constructor argument kept in the object store.
+    """
+
+    def __init__(self, cfg: Config, meta: dict[str, Any], restore_dir: str, run: str):
+        import ray
+
+        from a3c_ray.metrics import ParameterServerMetrics
         from a3c_ray.remote import one_torch_thread
 
         one_torch_thread()
-        ParameterServer.__init__(self, *args, **kwargs)
+        init = initial_params(cfg, tuple(meta["obs_shape"]), int(meta["n_actions"]))
+        ParameterServer.__init__(self, cfg, init, meta, restore_dir)
+        with warnings.catch_warnings():  # Ray's own deprecation notice from inside this property
+            warnings.simplefilter("ignore", DeprecationWarning)
+            if ray.get_runtime_context().was_current_actor_reconstructed:
+                self.restarts += 1
         self._ref: tuple[int, Any] | None = None
+        self.metrics = ParameterServerMetrics(run, self)
 
     def push(self, p: GradientPush) -> PushReply:
         reply = ParameterServer.push(self, p)
+        self.metrics.maybe_export(self)
         if reply.weights is not None and reply.weights.nbytes > WEIGHTS_BY_REF_BYTES:
             import ray
 

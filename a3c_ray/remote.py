@@ -7,6 +7,9 @@ from typing import Any
 import ray
 import torch
 
+NAMESPACE = "a3c-ray"
+"""The Ray namespace of every run's named actors: ``<run-id>/ParameterServer``, ``.../Worker-<i>``."""
+
 
 def actor_class(shell: type, name: str) -> Any:
     """A Ray actor class from ``shell``, shown in the dashboard under ``name`` (ParameterServer, ...)."""

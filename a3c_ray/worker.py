@@ -17,6 +17,7 @@ import torch
 
 from a3c_ray.config import Config
 from a3c_ray.envs import derive_seeds, make_vector_env
+from a3c_ray.faults import count_failures
 from a3c_ray.losses import actor_critic_loss
 from a3c_ray.models import State, build_model, get_flat_grad, set_flat_params
 from a3c_ray.parameter_server import GradientPush, PushReply
@@ -25,7 +26,7 @@ from a3c_ray.returns import gae
 
 class Rollout(NamedTuple):
     obs: np.ndarray
-    """Observations s_0 .. s_{T-1}, [T, K, *obs_shape]."""
+    """Observations s_0 .. s_{T-1}, [T, K, *obs_shape], in the env's dtype (uint8 for Atari)."""
     actions: np.ndarray
     rewards: np.ndarray
     terminated: np.ndarray
@@ -48,25 +49,36 @@ def sample_actions(logits: torch.Tensor, generator: torch.Generator | None) -> t
 
 
 class Worker:
-    def __init__(self, cfg: Config, index: int, obs_shape: tuple[int, ...], n_actions: int):
+    def __init__(
+        self,
+        cfg: Config,
+        index: int,
+        obs_shape: tuple[int, ...],
+        n_actions: int,
+        stream: tuple[int, ...] = (),
+    ):
+        """Worker ``index`` of a run; ``stream`` names a fresh random stream for a restarted or resumed Worker."""
         self.cfg = cfg
         self.index = index
         k = cfg.env.num_envs
-        seeds = derive_seeds(cfg.run.seed, 1, index, n=k + 1)
+        seeds = derive_seeds(cfg.run.seed, 1, index, *stream, n=k + 1)
         self.generator = torch.Generator().manual_seed(seeds[-1])
         self.envs = make_vector_env(cfg.env)
         self.obs, _ = self.envs.reset(seed=seeds[:k])  # type: ignore[arg-type]  # one seed per env
         self.model = build_model(cfg.model, obs_shape, n_actions)
         self.version = -1
+        self.lineage = ""
+        self._env_failures_reported = 0
         self.state = self.model.initial_state(k)
         self.reset_next = np.zeros(k, dtype=bool)
         self.env_steps = 0
         self.pushes = 0
         self.timings = {"env": 0.0, "forward": 0.0, "backward": 0.0, "wait": 0.0}
 
-    def set_weights(self, flat: np.ndarray, version: int) -> None:
+    def set_weights(self, flat: np.ndarray, version: int, lineage: str = "") -> None:
         set_flat_params(self.model, flat)
         self.version = version
+        self.lineage = lineage
 
     # -- rollout -----------------------------------------------------------------------------
     def _act(
@@ -74,14 +86,14 @@ class Worker:
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
         t0 = time.perf_counter()
         resets = torch.from_numpy(reset) if self.model.is_recurrent else None
-        logits, value, state = self.model(torch.as_tensor(obs, dtype=torch.float32), state, resets)
+        logits, value, state = self.model(torch.as_tensor(obs), state, resets)
         self.timings["forward"] += time.perf_counter() - t0
         return logits, value, state
 
     @torch.no_grad()
     def rollout(self) -> Rollout:
         t_max, k = self.cfg.algo.t_max, self.cfg.env.num_envs
-        obs_buf = np.empty((t_max, k, *self.obs.shape[1:]), dtype=np.float32)
+        obs_buf = np.empty((t_max, k, *self.obs.shape[1:]), dtype=self.obs.dtype)
         actions = np.empty((t_max, k), dtype=np.int64)
         rewards = np.empty((t_max, k), dtype=np.float32)
         terminated = np.empty((t_max, k), dtype=bool)
@@ -110,10 +122,12 @@ class Worker:
             self.reset_next = term | trunc
             if self.reset_next.any():
                 final_values[t] = self._final_values(info, trunc)
-                ep = info["final_info"]["episode"]
-                done = info["final_info"]["_episode"]
-                ep_returns += [float(x) for x in ep["r"][done]]
-                ep_lengths += [int(x) for x in ep["l"][done]]
+                # Whole episodes only: an Atari life lost ends a training episode, not the game.
+                final_info = info["final_info"]
+                if "episode" in final_info:
+                    done = final_info["_episode"]
+                    ep_returns += [float(x) for x in final_info["episode"]["r"][done]]
+                    ep_lengths += [int(x) for x in final_info["episode"]["l"][done]]
         _, last_values, _ = self._act(self.obs, self.state, self.reset_next)
         self.env_steps += t_max * k
         return Rollout(
@@ -136,7 +150,7 @@ class Worker:
         out = np.zeros(len(truncated), dtype=np.float32)
         idx = np.flatnonzero(truncated)
         if idx.size:
-            final = np.stack([info["final_obs"][i] for i in idx]).astype(np.float32)
+            final = np.stack([info["final_obs"][i] for i in idx])
             # The state after this step is the one that would have read final_obs next.
             state = tuple(s[idx] for s in self.state)
             _, v, _ = self._act(final, state, np.zeros(idx.size, dtype=bool))
@@ -194,11 +208,19 @@ class Worker:
             episode_returns=ro.episode_returns,
             episode_lengths=ro.episode_lengths,
             stats=stats,
+            lineage=self.lineage,
+            env_restarts=self._new_env_failures(),
         )
+
+    def _new_env_failures(self) -> int:
+        subenvs: list[Any] = getattr(self.envs, "envs", [])
+        total = sum(count_failures(env) for env in subenvs)
+        new, self._env_failures_reported = total - self._env_failures_reported, total
+        return new
 
     def handle_reply(self, reply: PushReply) -> None:
         if reply.weights is not None:
-            self.set_weights(np.asarray(reply.weights), reply.version)
+            self.set_weights(np.asarray(reply.weights), reply.version, reply.lineage)
 
     def run(self, push: Callable[[GradientPush], PushReply]) -> dict[str, Any]:
         """Train until the ParameterServer says stop; ``push`` makes the round trip."""
@@ -237,8 +259,8 @@ class _WorkerShell(Worker):
 
         from a3c_ray.remote import resolve
 
-        weights, version = ray.get(ps.get_weights.remote())
-        self.set_weights(resolve(weights), version)
+        weights, version, lineage = ray.get(ps.get_weights.remote())
+        self.set_weights(resolve(weights), version, lineage)
 
         def push(p: GradientPush) -> PushReply:
             reply = ray.get(ps.push.remote(p))

@@ -1,4 +1,4 @@
-"""Shared fixtures. One local Ray instance serves every test that needs Ray (ray.init costs seconds)."""
+"""Shared fixtures. One local Ray instance serves every Ray test of a module (ray.init costs seconds)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 from a3c_ray.config import Config
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
+    """A local Ray for the tests of one module (modules with a multi-node cluster start their own)."""
     import ray
 
     if not ray.is_initialized():
@@ -36,3 +37,36 @@ def small_config(tmp_path: os.PathLike[str] | str, **overrides: object) -> Confi
     for key, value in overrides.items():
         cfg.set(key.replace("__", "."), value)
     return cfg
+
+
+def named_actor(suffix: str, run_dir: os.PathLike[str] | str, timeout: float = 60.0) -> object:
+    """The handle of a live run's actor ``<run-id>/<suffix>``; the run id starts with the run dir's name."""
+    import time
+
+    import ray
+
+    from a3c_ray.remote import NAMESPACE
+
+    prefix = os.path.basename(str(run_dir))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            name = entry["name"]
+            if (
+                entry["namespace"] == NAMESPACE
+                and name.startswith(prefix)
+                and name.endswith("/" + suffix)
+            ):
+                return ray.get_actor(name, namespace=NAMESPACE)
+        time.sleep(0.2)
+    raise TimeoutError(f"no actor {suffix} of run {prefix}")
+
+
+def wait_for(predicate: object, timeout: float = 120.0, what: str = "condition") -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.2)

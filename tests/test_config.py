@@ -29,7 +29,7 @@ BAD_VALUES: list[tuple[str, Any]] = [
     ("env.num_envs", 0),
     ("env.num_envs", -3),
     ("env.max_episode_steps", 0),
-    ("model.kind", "cnn"),
+    ("model.kind", "transformer"),
     ("model.hidden_sizes", []),
     ("model.hidden_sizes", [64, 0]),
     ("model.activation", "gelu"),

@@ -1,0 +1,143 @@
+"""Fault injection on a real local Ray: each run reaches its end and loses at most what is stated."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from a3c_ray.checkpoint import list_checkpoints, load_checkpoint
+from a3c_ray.driver import train
+
+from .conftest import named_actor, small_config, wait_for
+
+pytestmark = pytest.mark.ray
+
+
+def in_background(fn: Callable[[], None]) -> list[BaseException]:
+    """Run ``fn`` in a thread; exceptions are collected so the test can assert none happened."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as e:
+            errors.append(e)
+
+    threading.Thread(target=target, daemon=True).start()
+    return errors
+
+
+def progress(run_dir: Path) -> dict[str, Any]:
+    return ray.get(named_actor("ParameterServer", run_dir).progress.remote())  # type: ignore[attr-defined]
+
+
+def test_killed_worker_is_restarted_and_only_its_rollout_is_lost(
+    ray_session: None, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "killworker"
+    cfg = small_config(run_dir, run__max_steps=40_000, run__restart_backoff=0.1)
+
+    def kill() -> None:
+        wait_for(lambda: progress(run_dir)["env_steps"] > 5_000, what="training to start")
+        ray.kill(named_actor("Worker-1", run_dir), no_restart=False)
+
+    errors = in_background(kill)
+    result = train(cfg)
+    assert not errors, errors
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    assert s["worker_restarts"] == 1 and any("worker 1" in f for f in s["failures"])
+    assert s["env_steps"] >= 40_000 and s["ps_restarts"] == 0
+
+
+def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(
+    ray_session: None, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "killps"
+    cfg = small_config(run_dir, run__max_steps=60_000, monitor__eval_every=0.5)
+    seen: dict[str, int] = {}
+
+    def kill() -> None:
+        wait_for(
+            lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 2, what="two checkpoints"
+        )
+        before = progress(run_dir)
+        seen["steps_before"] = before["env_steps"]
+        seen["ckpt_steps"] = int(load_checkpoint(run_dir / "checkpoints" / "latest")["env_steps"])
+        ray.kill(named_actor("ParameterServer", run_dir), no_restart=False)
+        after = progress(run_dir)  # retried until the restarted server answers
+        seen["steps_after"] = after["env_steps"]
+        seen["restarts"] = after["ps_restarts"]
+
+    errors = in_background(kill)
+    result = train(cfg)
+    assert not errors, errors
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    assert s["ps_restarts"] == 1 and seen["restarts"] == 1
+    # Restored from a checkpoint: progress went back at most to that checkpoint, never further.
+    assert seen["steps_after"] >= seen["ckpt_steps"] - 1
+    lost = seen["steps_before"] - seen["ckpt_steps"]
+    assert lost >= 0
+    assert s["env_steps"] >= 60_000 and s["worker_restarts"] == 0
+    for ckpt in list_checkpoints(run_dir / "checkpoints"):
+        load_checkpoint(ckpt)  # every checkpoint left is whole
+
+
+def test_killed_monitor_is_restarted_and_no_checkpoint_is_corrupted(
+    ray_session: None, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "killmonitor"
+    cfg = small_config(run_dir, run__max_steps=40_000, monitor__eval_every=0.5)
+
+    def kill() -> None:
+        wait_for(lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 1, what="a checkpoint")
+        ray.kill(named_actor("Monitor", run_dir), no_restart=False)
+
+    errors = in_background(kill)
+    result = train(cfg)
+    assert not errors, errors
+    assert result.exit_code == 0 and result.summary["stopped_because"] == "max_steps"
+    ckpts = list_checkpoints(run_dir / "checkpoints")
+    assert ckpts and all(load_checkpoint(c)["format"] for c in ckpts)
+    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
+    assert (
+        load_checkpoint(run_dir / "checkpoints" / "latest")["env_steps"]
+        == result.summary["env_steps"]
+    )
+
+
+def test_env_that_raises_is_recreated_and_counted(ray_session: None, tmp_path: Path) -> None:
+    cfg = small_config(
+        tmp_path / "flaky", env__id="a3c_ray/FlakyCartPole-v1", run__max_steps=30_000
+    )
+    result = train(cfg)
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    # ~0.1% of 30k steps fail: dozens of recreated envs, and training went on around them.
+    assert s["env_restarts"] >= 5 and s["worker_restarts"] == 0
+    assert s["mean_return_100"] > 30
+
+
+def test_worker_that_fails_over_and_over_stops_the_run_with_a_clear_error(
+    ray_session: None, tmp_path: Path
+) -> None:
+    cfg = small_config(
+        tmp_path / "broken",
+        env__id="a3c_ray/BrokenCartPole-v1",
+        run__max_worker_restarts=2,
+        run__restart_backoff=0.05,
+        run__workers=1,
+    )
+    result = train(cfg)
+    s = result.summary
+    assert result.exit_code == 1 and s["stopped_because"] == "error"
+    assert len(result.errors) == 1
+    assert "worker 0 failed 3 times" in result.errors[0] and "reset" in result.errors[0]
+    assert s["worker_restarts"] == 2
+    assert (tmp_path / "broken" / "summary.json").exists()

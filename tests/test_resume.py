@@ -1,0 +1,140 @@
+"""Resume: continue from the newest good checkpoint with the saved config; refuse what cannot continue."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from a3c_ray import metrics as M
+from a3c_ray.checkpoint import list_checkpoints, load_checkpoint
+from a3c_ray.cli import main
+from a3c_ray.config import Config
+from a3c_ray.driver import train
+
+from .conftest import small_config
+from .test_cli import snapshot
+from .test_train_ray import read_tags
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def finished_run(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("resume") / "run"
+    cfg = small_config(run_dir, run__max_steps=12_000, monitor__eval_every=0.5)
+    assert train(cfg).exit_code == 0
+    return run_dir
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--env", "Acrobot-v1"], "--resume cannot change env.id ('CartPole-v1' -> 'Acrobot-v1')"),
+        (["--set", "model.hidden_sizes=[32]"], "--resume cannot change model.hidden_sizes"),
+        (["--envs-per-worker", "3"], "--resume cannot change env.num_envs"),
+        (["--overwrite"], "--resume and --overwrite exclude each other"),
+    ],
+)
+def test_resume_refuses_to_change_env_or_model_and_writes_nothing(
+    finished_run: Path, flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = snapshot(finished_run)
+    assert main(["train", "--resume", str(finished_run), *flags]) == 2
+    assert needle in capsys.readouterr().err
+    assert snapshot(finished_run) == before
+
+
+def test_resume_of_a_directory_that_is_not_a_run_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "no config.yaml" in capsys.readouterr().err
+
+
+def test_resume_of_a_run_without_a_good_checkpoint_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    Config().save(tmp_path / "config.yaml")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "ckpt-100.pt").write_bytes(b"PK\x03\x04broken")
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot resume" in err and "ckpt-100.pt" in err
+
+
+def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run: Path) -> None:
+    first = summary(finished_run)
+    last_ckpt = load_checkpoint(finished_run / "checkpoints" / "latest")
+    tags_before = read_tags(finished_run / "tb")
+    assert (
+        main(["train", "--resume", str(finished_run), "--max-steps", "24000", "--no-progress"]) == 0
+    )
+    second = summary(finished_run)
+    assert second["stopped_because"] == "max_steps" and second["env_steps"] >= 24_000
+    assert second["resumed_from"] == last_ckpt["path"]
+    assert (
+        second["version"] > first["version"]
+        and second["gradient_updates"] > first["gradient_updates"]
+    )
+    assert Config.load(finished_run / "config.yaml").run.max_steps == 24_000
+    # TensorBoard curves go on from the checkpoint's step: nothing new is logged before it.
+    tags_after = read_tags(finished_run / "tb")
+    new_evals = [
+        s for s, _ in tags_after[M.EVAL_RETURN] if (s, _) not in tags_before[M.EVAL_RETURN]
+    ]
+    assert new_evals and min(new_evals) > int(last_ckpt["env_steps"])
+    new_returns = [s for s, _ in tags_after[M.EPISODIC_RETURN]][
+        len(tags_before[M.EPISODIC_RETURN]) :
+    ]
+    assert new_returns and min(new_returns) > int(last_ckpt["env_steps"])
+
+
+def test_resume_skips_a_corrupted_latest_checkpoint(ray_session: None, tmp_path: Path) -> None:
+    run_dir = tmp_path / "corrupt"
+    assert (
+        train(small_config(run_dir, run__max_steps=8_000, monitor__eval_every=0.5)).exit_code == 0
+    )
+    ckpts = list_checkpoints(run_dir / "checkpoints")
+    assert len(ckpts) >= 2
+    newest, previous = ckpts[-1], ckpts[-2]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a torn write
+    assert main(["train", "--resume", str(run_dir), "--max-steps", "12000", "--no-progress"]) == 0
+    s = summary(run_dir)
+    assert s["resumed_from"] == str(previous)
+    assert s["env_steps"] >= 12_000
+
+
+@pytest.mark.slow
+def test_resumed_run_still_solves_cartpole_within_the_uninterrupted_budget(
+    ray_session: None, tmp_path: Path
+) -> None:
+    """Stopping at 40k steps and resuming loses nothing that matters: the run still reaches a mean of
+    450 within the 300k steps that the uninterrupted learning test is given (weights, optimizer
+    statistics, counters and the last-100 returns all come back)."""
+    run_dir = tmp_path / "cp"
+    cfg = Config()
+    cfg.run.run_dir, cfg.run.workers, cfg.run.seed, cfg.run.progress = str(run_dir), 2, 1, False
+    cfg.run.max_steps = 40_000
+    cfg.monitor.eval_every = 1.0
+    assert train(cfg).exit_code == 0
+    code = main(
+        [
+            "train",
+            "--resume",
+            str(run_dir),
+            "--max-steps",
+            "300000",
+            "--target-return",
+            "450",
+            "--no-progress",
+        ]
+    )
+    s = summary(run_dir)
+    assert code == 0 and s["stopped_because"] == "target", s
+    assert s["steps_to_target"] <= 300_000 and s["resumed_from"] is not None
