@@ -7,6 +7,7 @@ Exit codes: 0 done, 1 internal failure, 2 bad input (one line on stderr, no trac
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
@@ -49,6 +50,12 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}")
+
+
+# Commands that live in their own module, each with add_arguments(parser) and run(args) -> int.
+MODULE_COMMANDS: dict[str, tuple[str, str]] = {
+    "status": ("a3c_ray.status", "show the live runs on a Ray cluster"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="write mp4 videos of the episodes into DIR (needs moviepy)",
     )
     e.add_argument("--json", action="store_true", help="print the result as JSON")
+    for name, (module, help_) in MODULE_COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        importlib.import_module(module).add_arguments(cmd)
     return p
 
 
@@ -232,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands: dict[str, Any] = {"train": cmd_train, "eval": cmd_eval}
     try:
         args = build_parser().parse_args(argv)
+        if args.command in MODULE_COMMANDS:
+            return int(importlib.import_module(MODULE_COMMANDS[args.command][0]).run(args))
         return int(commands[args.command](args))
     except (UsageError, ConfigError, CheckpointError) as e:
         print(f"a3c-ray: error: {e}", file=sys.stderr)

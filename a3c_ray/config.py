@@ -104,6 +104,8 @@ class RunConfig:
     """Logical CPUs the ParameterServer asks for (a fraction, so it never starves Workers)."""
     monitor_cpus: float = 0.5
     """Logical CPUs the Monitor asks for."""
+    ps_resource: str | None = None
+    """Custom Ray resource (e.g. ``a3c_ps``) whose node hosts the ParameterServer and the Monitor; null: the head node."""
     progress: bool = True
     """Show a live progress bar on the terminal."""
     max_worker_restarts: int = 10

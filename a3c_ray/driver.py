@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tqdm import tqdm
 
 from a3c_ray import monitor as monitor_mod
@@ -137,6 +138,26 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def central_placement(cfg: Config) -> dict[str, Any]:
+    """Where the ParameterServer and the Monitor go: a node with ``run.ps_resource``, else the head.
+
+    Affinity to the head is soft, so a restart after losing the head's raylet can land elsewhere.
+    """
+    if cfg.run.ps_resource:
+        return {"resources": {cfg.run.ps_resource: 0.001}}
+    head = next(
+        (
+            n["NodeID"]
+            for n in ray.nodes()
+            if n["Alive"] and "node:__internal_head__" in n["Resources"]
+        ),
+        None,
+    )
+    if head is None:
+        return {}
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=head, soft=True)}
+
+
 def _one_line(e: BaseException) -> str:
     lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     return lines[-1] if lines else type(e).__name__
@@ -160,7 +181,12 @@ class Run:
             "obs_shape": list(self.obs_shape),
             "n_actions": self.n_actions,
         }
-        restartable = {"max_restarts": -1, "max_task_retries": -1, "namespace": NAMESPACE}
+        restartable = {
+            "max_restarts": -1,
+            "max_task_retries": -1,
+            "namespace": NAMESPACE,
+            **central_placement(cfg),
+        }
         self.ps = (
             ps_mod.remote_class()
             .options(name=f"{self.run_id}/ParameterServer", num_cpus=cfg.run.ps_cpus, **restartable)
@@ -198,6 +224,7 @@ class Run:
             name=f"{self.run_id}/Worker-{i}",
             namespace=NAMESPACE,
             num_cpus=self.cfg.run.worker_cpus,
+            scheduling_strategy="SPREAD",  # one Worker per node before two on any node
         ).remote(self.cfg, i, self.obs_shape, self.n_actions, stream)
         self.workers[i] = w
         self.pending[w.train.remote(self.ps)] = i

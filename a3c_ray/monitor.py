@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+import gymnasium as gym
+import numpy as np
 import yaml
 from tensorboardX import SummaryWriter
 
@@ -114,6 +116,27 @@ class Monitor:
         if self.best_eval_return is None or mean >= self.best_eval_return:
             self.best_eval_return = mean
         self.last_checkpoint = str(self.ckpts.save(state, eval_return=mean))
+        every = self.cfg.monitor.video_every
+        if every and self.n_evals % every == 0:
+            self.record_video(step)
+
+    def record_video(self, step: int, max_frames: int = 300) -> None:
+        """One greedy-or-sampled episode as a TensorBoard video (tensorboardX encodes it with moviepy)."""
+        import torch
+
+        env = gym.wrappers.RenderCollection(make_eval_env(self.cfg.env, render_mode="rgb_array"))
+        try:
+            seed = derive_seeds(self.cfg.run.seed, 3, self.n_evals)[0]
+            run_episodes(self.model, env, 1, seed, greedy=self.cfg.monitor.greedy)
+            frames = env.render()[:max_frames]
+        finally:
+            env.close()
+        if frames:
+            # [N=1, T, C, H, W], halved in each spatial dimension to keep event files small.
+            video = np.stack(frames)[:, ::2, ::2].transpose(0, 3, 1, 2)[None]
+            self.writer.add_video(
+                M.EVAL_VIDEO, torch.from_numpy(np.ascontiguousarray(video)), step, fps=30
+            )
 
     def close(self) -> None:
         self.writer.close()

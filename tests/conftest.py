@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+# Ray's "single-machine" mode: every node of a test cluster (and every child process) takes the
+# loopback address, so no test traffic leaves 127.0.0.0/8.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 import pytest
 
 from a3c_ray.config import Config

@@ -1,0 +1,154 @@
+"""Watching a live run: `a3c-ray status`, Ray metrics on the Prometheus endpoint, TensorBoard tags."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from a3c_ray import metrics as M
+from a3c_ray.cli import main
+from a3c_ray.driver import RunResult, train
+
+from .conftest import named_actor, small_config, wait_for
+from .test_train_ray import read_tags
+
+pytestmark = pytest.mark.ray
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def metrics_port() -> Iterator[int]:
+    assert not ray.is_initialized()
+    port = free_port()
+    ray.init(num_cpus=4, include_dashboard=True, _metrics_export_port=port, logging_level="WARNING")
+    yield port
+    ray.shutdown()
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Sum of each ray_a3c_* sample over its labels, from the node's Prometheus text."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(ray_a3c_\w+?)(?:\{[^}]*\})? ([-+0-9.eEinfa]+)$", line)
+        if m and not m.group(1).endswith(("_created",)):
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
+    return out
+
+
+@pytest.fixture(scope="module")
+def live_run(
+    metrics_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """A run in a background thread, with evaluations every second and a video every 2nd one."""
+    run_dir = tmp_path_factory.mktemp("observe") / "live"
+    cfg = small_config(
+        run_dir,
+        run__max_steps=10_000_000,
+        run__time_limit=120.0,
+        monitor__eval_every=1.0,
+        monitor__video_every=2,
+        run__restart_backoff=0.1,
+    )
+    box: dict[str, Any] = {"run_dir": run_dir}
+    t = threading.Thread(target=lambda: box.update(result=train(cfg)), daemon=True)
+    t.start()
+    ps = named_actor("ParameterServer", run_dir)
+    wait_for(lambda: ray.get(ps.progress.remote())["env_steps"] > 3_000, what="training")  # type: ignore[attr-defined]
+    box["ps"] = ps
+    yield box
+    if t.is_alive():
+        ray.get(ps.request_stop.remote("interrupted"))  # type: ignore[attr-defined]
+    t.join(timeout=120)
+
+
+def test_status_lists_the_live_run_with_progress_and_workers(
+    live_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--json", "--interval", "0.5"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    (rec,) = [r for r in records if r["run"].startswith("live-")]
+    assert rec["env_steps"] > 3_000 and rec["sps"] > 0 and rec["version"] > 0
+    assert rec["updates_per_second"] > 0 and rec["staleness_max"] >= 0
+    assert [w["worker"] for w in rec["workers"]] == ["Worker-0", "Worker-1"]
+    assert all(w["state"] == "ALIVE" and w["node_id"] for w in rec["workers"])
+    assert main(["status", "--interval", "0.2", "--run", rec["run"]]) == 0
+    table = capsys.readouterr().out
+    assert rec["run"] in table and "steps/s" in table and "Worker-1" in table and "ALIVE" in table
+
+
+def test_ray_metrics_are_exported_with_sane_values(
+    live_run: dict[str, Any], metrics_port: int
+) -> None:
+    # A restart makes a3c_worker_restarts appear as well.
+    ray.kill(named_actor("Worker-0", live_run["run_dir"]), no_restart=False)
+    wanted = {f"ray_{n}" for n in M.RAY_METRICS}
+    wanted = {
+        n + "_total" if n.endswith(("env_steps", "applied", "dropped", "restarts")) else n
+        for n in wanted
+    }
+    wanted.discard("ray_a3c_gradients_dropped_total")  # only exported once a gradient is dropped
+    first: dict[str, float] = {}
+    wait_for(
+        lambda: wanted <= set(first.update(scrape(metrics_port)) or first),
+        timeout=90,
+        what=f"{wanted}",
+    )
+    wait_for(
+        lambda: scrape(metrics_port)["ray_a3c_env_steps_total"] > first["ray_a3c_env_steps_total"],
+        timeout=60,
+        what="env steps to grow",
+    )
+    now = scrape(metrics_port)
+    assert now["ray_a3c_param_version"] > 0
+    assert now["ray_a3c_gradients_applied_total"] > 0
+    assert now["ray_a3c_worker_restarts_total"] >= 1
+    assert now["ray_a3c_env_steps_per_second"] > 0
+    assert 0 < now["ray_a3c_episode_return"] <= 500 and 0 < now["ray_a3c_eval_return"] <= 500
+
+
+def test_status_shows_the_restarted_worker(
+    live_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    wait_for(
+        lambda: all(
+            w["state"] == "ALIVE"
+            for r in json.loads(
+                (main(["status", "--json", "--interval", "0.1"]), capsys.readouterr().out)[1]
+            )
+            for w in r["workers"]
+        ),
+        timeout=60,
+        what="workers alive again",
+    )
+
+
+def test_tensorboard_has_every_tag_the_config_and_eval_videos(live_run: dict[str, Any]) -> None:
+    ray.get(live_run["ps"].request_stop.remote("interrupted"))
+    wait_for(lambda: "result" in live_run, timeout=120, what="the run to end")
+    result: RunResult = live_run["result"]
+    tb = Path(live_run["run_dir"]) / "tb"
+    tags = read_tags(tb)
+    for tag in M.TENSORBOARD_TAGS:
+        assert tags.get(tag), f"no {tag}"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb), size_guidance={"tensors": 0, "images": 0})
+    acc.Reload()
+    assert "config/text_summary" in acc.Tags()["tensors"]
+    assert M.EVAL_VIDEO in acc.Tags()["images"]  # tensorboardX stores videos as animated images
+    assert result.summary["worker_restarts"] >= 1
