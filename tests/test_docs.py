@@ -30,3 +30,15 @@ def test_named_flags_are_documented() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
     for flag, (dest, _, _) in TRAIN_FLAGS.items():
         assert f"`{flag}` ({dest})" in text
+
+
+def test_grafana_dashboard_charts_every_ray_metric() -> None:
+    import json
+
+    from a3c_ray.metrics import RAY_METRICS
+
+    dash = json.loads((ROOT / "cluster" / "grafana" / "a3c-ray-dashboard.json").read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for name in RAY_METRICS:
+        assert f"ray_{name}" in exprs, name
+    assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "run"}

@@ -6,6 +6,7 @@ import json
 import re
 import socket
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,12 +32,39 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def metrics_port() -> Iterator[int]:
+def ray_with_dashboard() -> Iterator[dict[str, Any]]:
     assert not ray.is_initialized()
     port = free_port()
-    ray.init(num_cpus=4, include_dashboard=True, _metrics_export_port=port, logging_level="WARNING")
-    yield port
+    ctx = ray.init(
+        num_cpus=4, include_dashboard=True, _metrics_export_port=port, logging_level="WARNING"
+    )
+    yield {"metrics_port": port, "dashboard_url": "http://" + ctx.dashboard_url}
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def metrics_port(ray_with_dashboard: dict[str, Any]) -> int:
+    return int(ray_with_dashboard["metrics_port"])
+
+
+def test_dashboard_rest_api_wants_the_token_and_ray_clients_send_it(
+    ray_with_dashboard: dict[str, Any],
+) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    url = ray_with_dashboard["dashboard_url"] + "/api/jobs/"
+    assert url.startswith("http://127.0.0.1:")  # the dashboard listens on loopback only
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(url, timeout=10)
+    assert denied.value.code == 401
+    token = (Path.home() / ".ray" / "auth_token").read_text().strip()
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    assert urllib.request.urlopen(request, timeout=10).status == 200
+    bad = urllib.request.Request(url, headers={"Authorization": "Bearer not-the-token"})
+    with pytest.raises(urllib.error.HTTPError) as forbidden:
+        urllib.request.urlopen(bad, timeout=10)
+    assert forbidden.value.code in (401, 403)
+    assert isinstance(JobSubmissionClient(ray_with_dashboard["dashboard_url"]).list_jobs(), list)
 
 
 def scrape(port: int) -> dict[str, float]:
