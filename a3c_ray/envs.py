@@ -221,15 +221,21 @@ class MaskedCartPoleEnv(CartPoleEnv):
         super().__init__(render_mode=render_mode)
         full = self.observation_space
         assert isinstance(full, gym.spaces.Box)
+        # Scaled by the failure thresholds, so that both inputs span [-1, 1] while the pole is up.
+        self.scale = np.array([self.x_threshold, self.theta_threshold_radians], dtype=np.float32)
         idx = list(self.VISIBLE)
-        self.observation_space = gym.spaces.Box(full.low[idx], full.high[idx], dtype=np.float32)
+        low, high = full.low[idx] / self.scale, full.high[idx] / self.scale
+        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
 
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
-        return obs[list(self.VISIBLE)], reward, terminated, truncated, info
+        return self._mask(obs), reward, terminated, truncated, info
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         obs, info = super().reset(seed=seed, options=options)
-        return obs[list(self.VISIBLE)], info
+        return self._mask(obs), info
+
+    def _mask(self, obs: np.ndarray) -> np.ndarray:
+        return (obs[list(self.VISIBLE)] / self.scale).astype(np.float32)

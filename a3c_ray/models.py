@@ -36,6 +36,20 @@ def layer_init(layer: Layer, std: float = math.sqrt(2), bias: float = 0.0) -> La
     return layer
 
 
+def lstm_cell(in_dim: int, size: int) -> nn.LSTMCell:
+    """Orthogonal weights, zero biases but a forget-gate bias of 1 (Jozefowicz et al. 2015), so
+    that the cell keeps its memory by default. PyTorch orders the gates i, f, g, o."""
+    cell = nn.LSTMCell(in_dim, size)
+    for name, p in cell.named_parameters():
+        if name.startswith("weight"):
+            nn.init.orthogonal_(p, 1.0)
+        else:
+            nn.init.zeros_(p)
+    with torch.no_grad():
+        cell.bias_ih[size : 2 * size].fill_(1.0)
+    return cell
+
+
 class ActorCritic(nn.Module):
     """A body shared by a policy head (logits over discrete actions) and a value head.
 
@@ -48,13 +62,7 @@ class ActorCritic(nn.Module):
     ):
         super().__init__()
         self.body = body
-        self.lstm = nn.LSTMCell(body_out, lstm_size) if lstm_size else None
-        if self.lstm is not None and False:
-            for name, p in self.lstm.named_parameters():
-                if name.startswith("weight"):
-                    nn.init.orthogonal_(p, 1.0)
-                else:
-                    nn.init.zeros_(p)
+        self.lstm = lstm_cell(body_out, lstm_size) if lstm_size else None
         head_in = lstm_size if lstm_size else body_out
         self.policy = layer_init(nn.Linear(head_in, n_actions), std=0.01)
         self.value = layer_init(nn.Linear(head_in, 1), std=1.0)

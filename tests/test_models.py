@@ -1,0 +1,233 @@
+"""The networks: the papers' CNNs, model kinds, and the LSTM state's life in Workers and evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from a3c_ray.config import Config, ModelConfig
+from a3c_ray.envs import env_spaces
+from a3c_ray.evaluation import run_episodes
+from a3c_ray.models import (
+    ActorCritic,
+    build_model,
+    get_flat_params,
+    num_params,
+    resolve_kind,
+    set_flat_params,
+)
+from a3c_ray.worker import Worker
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """As in every actor: one intra-op thread, so that timings hold on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def conv_params(c_in: int, c_out: int, k: int) -> int:
+    return c_in * c_out * k * k + c_out
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        # 84 -> 20 -> 9: 32 * 9 * 9 = 2592 features into 256 units (Mnih et al. 2013 / 2016).
+        ("cnn", conv_params(4, 16, 8) + conv_params(16, 32, 4) + 2592 * 256 + 256),
+        # 84 -> 20 -> 9 -> 7: 64 * 7 * 7 = 3136 features into 512 units (Mnih et al. 2015).
+        (
+            "nature_cnn",
+            conv_params(4, 32, 8)
+            + conv_params(32, 64, 4)
+            + conv_params(64, 64, 3)
+            + 3136 * 512
+            + 512,
+        ),
+    ],
+)
+def test_cnn_bodies_have_the_papers_layers(kind: str, expected: int) -> None:
+    model = build_model(ModelConfig(kind=kind), (4, 84, 84), 6)
+    hidden = 256 if kind == "cnn" else 512
+    heads = hidden * 6 + 6 + hidden + 1
+    assert num_params(model) == expected + heads
+    logits, value, state = model(torch.zeros(3, 4, 84, 84, dtype=torch.uint8))
+    assert logits.shape == (3, 6) and value.shape == (3,) and state == ()
+
+
+def test_lstm_head_adds_256_cells_after_the_cnn() -> None:
+    ff = build_model(ModelConfig(kind="cnn"), (1, 84, 84), 6)
+    rnn = build_model(ModelConfig(kind="cnn", lstm=True), (1, 84, 84), 6)
+    assert num_params(rnn) - num_params(ff) == 4 * 256 * (256 + 256) + 2 * 4 * 256
+    h, c = rnn.initial_state(2)
+    assert h.shape == c.shape == (2, 256) and not h.any()
+
+
+def test_auto_picks_the_cnn_for_images_and_the_mlp_for_vectors() -> None:
+    assert resolve_kind("auto", (4, 84, 84)) == "cnn"
+    assert resolve_kind("auto", (4,)) == "mlp"
+    assert resolve_kind("auto", (3, 4)) == "mlp"  # stacked vectors are flattened
+    assert resolve_kind("nature_cnn", (4, 84, 84)) == "nature_cnn"
+
+
+def test_cnn_refuses_vector_observations() -> None:
+    with pytest.raises(ValueError, match="image observations"):
+        build_model(ModelConfig(kind="cnn"), (4,), 2)
+
+
+def test_pixels_are_scaled_inside_the_model_so_uint8_and_float_inputs_agree() -> None:
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(kind="cnn"), (4, 84, 84), 6)
+    frames = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    a, va, _ = model(frames)
+    b, vb, _ = model(frames.float())
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(va, vb)
+
+
+def test_flat_parameters_round_trip_for_the_cnn_lstm() -> None:
+    torch.manual_seed(0)
+    a = build_model(ModelConfig(kind="cnn", lstm=True), (1, 84, 84), 6)
+    b = build_model(ModelConfig(kind="cnn", lstm=True), (1, 84, 84), 6)
+    set_flat_params(b, get_flat_params(a))
+    np.testing.assert_array_equal(get_flat_params(a), get_flat_params(b))
+
+
+def test_cnn_lstm_sequence_pass_matches_step_by_step_acting() -> None:
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(kind="cnn", lstm=True, lstm_size=16), (1, 84, 84), 4)
+    obs = torch.randint(0, 256, (5, 2, 1, 84, 84), dtype=torch.uint8)
+    resets = torch.zeros(5, 2, dtype=torch.bool)
+    resets[2, 0] = True
+    state0 = (torch.randn(2, 16), torch.randn(2, 16))
+    state, values = state0, []
+    with torch.no_grad():
+        for t in range(5):
+            _, v, state = model(obs[t], state, resets[t])
+            values.append(v)
+        _, seq_values = model.forward_sequence(obs, state0, resets)
+    torch.testing.assert_close(seq_values, torch.stack(values))
+
+
+# -- the LSTM state in a Worker and in evaluation, on a scripted env ----------------------------
+
+
+class Scripted(gym.Env[np.ndarray, int]):
+    """Observation [t, 1] at step t of an episode; episodes of the n-th instance last LENGTHS[n]."""
+
+    LENGTHS: ClassVar[list[int]] = [3, 5]
+    made: ClassVar[int] = 0
+
+    def __init__(self) -> None:
+        self.length = self.LENGTHS[Scripted.made % len(self.LENGTHS)]
+        Scripted.made += 1
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, 1.0], dtype=np.float32)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        return self._obs(), 0.0, self.t == self.length, False, {}
+
+
+SCRIPTED_ID = "a3c_ray_tests/Scripted-v0"
+if SCRIPTED_ID not in gym.registry:
+    gym.register(SCRIPTED_ID, entry_point=Scripted)
+
+
+def scripted_model(seed: int = 0) -> tuple[Config, ActorCritic]:
+    cfg = Config()
+    cfg.env.id = SCRIPTED_ID
+    cfg.env.num_envs = 2
+    cfg.algo.t_max = 2
+    cfg.model.hidden_sizes = [8]
+    cfg.model.lstm = True
+    cfg.model.lstm_size = 8
+    torch.manual_seed(seed)
+    return cfg, build_model(cfg.model, (2,), 2)
+
+
+@torch.no_grad()
+def fresh_episode_values(model: ActorCritic, length: int) -> list[float]:
+    """V at each step of one episode, unrolled by hand from a zero state."""
+    state, out = model.initial_state(1), []
+    for t in range(length):
+        _, v, state = model(torch.tensor([[t, 1.0]]), state)
+        out.append(float(v))
+    return out
+
+
+def test_worker_lstm_state_is_reset_at_episode_end_and_carried_across_rollouts() -> None:
+    """Rollouts of 2 steps on episodes of 3 and 5 steps: episode starts fall inside rollouts and on
+    their first step. Every value the Worker saw must equal a hand unroll of that episode from a
+    zero state: a state not reset at an episode's start, or not carried into the next rollout,
+    gives other values."""
+    cfg, model = scripted_model()
+    Scripted.made = 0
+    w = Worker(cfg, 0, (2,), 2)
+    w.set_weights(get_flat_params(model), 0)
+    expected = [fresh_episode_values(model, n) for n in Scripted.LENGTHS]
+    assert len({round(v, 6) for v in expected[1]}) == 5, "values must tell the steps apart"
+    seen = np.concatenate([w.rollout().values for _ in range(8)])  # 16 steps x 2 envs
+    for k, length in enumerate(Scripted.LENGTHS):
+        want = [expected[k][g % length] for g in range(16)]
+        np.testing.assert_allclose(seen[:, k], want, rtol=1e-5, atol=1e-6)
+
+
+def test_worker_gradient_pass_starts_from_the_rollouts_initial_state() -> None:
+    cfg, model = scripted_model()
+    Scripted.made = 0
+    w = Worker(cfg, 0, (2,), 2)
+    w.set_weights(get_flat_params(model), 0)
+    for _ in range(3):
+        w.rollout()
+    ro = w.rollout()  # steps 6-7: env 0 starts an episode at step 6, the rollout's first step
+    assert ro.resets[0, 0] and not ro.resets[0, 1]
+    assert float(ro.initial_state[0][1].abs().sum()) > 0, "env 1 carries its state in"
+    with torch.no_grad():
+        _, values = w.model.forward_sequence(
+            torch.from_numpy(ro.obs), ro.initial_state, torch.from_numpy(ro.resets)
+        )
+    np.testing.assert_allclose(values.numpy(), ro.values, rtol=1e-5, atol=1e-6)
+    grad, _ = w.compute_gradient(ro)
+    assert np.isfinite(grad).all() and np.abs(grad).sum() > 0
+
+
+def test_evaluation_carries_the_lstm_state_through_an_episode_and_resets_it_between() -> None:
+    _, model = scripted_model()
+    Scripted.made = 0
+    env = gym.make(SCRIPTED_ID)  # episodes of 3 steps
+    expected = fresh_episode_values(model, 3)
+    values: list[float] = []
+    model.value.register_forward_hook(lambda m, i, out: values.append(float(out)))
+    episodes = run_episodes(model, env, episodes=2, seed=0)
+    assert [e.length for e in episodes] == [3, 3]
+    np.testing.assert_allclose(values, expected * 2, rtol=1e-5)
+
+
+def test_masked_cartpole_hides_the_velocities() -> None:
+    obs_space, act_space = env_spaces(Config().env.__class__(id="a3c_ray/MaskedCartPole-v1"))
+    assert obs_space.shape == (2,) and act_space.n == 2
+    full = gym.make("CartPole-v1")
+    masked = gym.make("a3c_ray/MaskedCartPole-v1")
+    f, _ = full.reset(seed=5)
+    m, _ = masked.reset(seed=5)
+    np.testing.assert_allclose(m * masked.unwrapped.scale, f[[0, 2]], rtol=1e-6)  # type: ignore[attr-defined]
+    assert masked.spec is not None and masked.spec.max_episode_steps == 500
