@@ -43,12 +43,15 @@ HEAD_CPUS="${A3C_HEAD_CPUS:-1}"
 NUM_CPUS="${A3C_NUM_CPUS:-1}"
 METRICS_PORT="${A3C_METRICS_PORT:-8080}"
 AGENT_PORT="${A3C_AGENT_PORT:-52370}"
+# Seconds `down` waits after SIGTERM before SIGKILL (the GCS takes 20 s or more to stop by itself).
+GRACE_SECONDS="${A3C_STOP_GRACE:-5}"
 MAX_WORKER_NODES=200
-GRACE_SECONDS=10 # after SIGTERM, before SIGKILL
 # Marks every process of this cluster: inherited from `ray start` by the GCS, raylets, dashboard
 # and, through them, by workers and job drivers.
 MARKER="A3C_RAY_LOCAL_CLUSTER=$DIR"
 export RAY_AUTH_MODE=token
+# Separate nodes, whatever the caller's environment says (=0 is Ray's single-node loopback mode).
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1
 
 die() { echo "local.sh: $*" >&2; exit 1; }
 
@@ -59,6 +62,11 @@ alive() { # PID: running, not a zombie
     local stat
     stat="$(ps -o stat= -p "$1" 2>/dev/null || true)"
     [[ -n "$stat" && "$stat" != Z* ]]
+}
+
+running_of() { # PIDS...: those still running (not zombies), from one ps call
+    (($# > 0)) || return 0
+    ps -o pid=,stat= -p "$(echo "$@" | tr ' ' ',')" 2>/dev/null | awk '$2 !~ /^Z/ { printf "%s ", $1 }' || true
 }
 
 started_at() { ps -o lstart= -p "$1" 2>/dev/null | tr -s ' ' | sed 's/ /_/g' || true; }
@@ -172,16 +180,12 @@ cmd_down() {
         echo "local.sh: no local cluster recorded in $DIR; nothing to stop"
         return 0
     fi
-    local pids p left waited=0
+    local pids left waited=0
     pids="$(with_descendants $(recorded_pids) $(marked_pids))"
-    if [[ -n "$pids" ]]; then
+    if [[ -n "${pids// /}" ]]; then
         kill -TERM $pids 2>/dev/null || true
-        while :; do
-            left=""
-            for p in $pids; do alive "$p" && left="$left $p"; done
-            [[ -z "$left" ]] && break
+        while left="$(running_of $pids)" && [[ -n "$left" ]]; do
             if ((waited >= GRACE_SECONDS)); then
-                echo "local.sh: still running after $GRACE_SECONDS s, killing:$left"
                 kill -KILL $left 2>/dev/null || true
                 sleep 1
                 break

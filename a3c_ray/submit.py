@@ -1,0 +1,386 @@
+"""``a3c-ray submit``: run ``a3c-ray train`` as a Ray job on a cluster, through the Jobs API.
+
+A thin wrapper over :class:`ray.job_submission.JobSubmissionClient`. It uploads the working
+directory (with the excludes below), submits ``python -m a3c_ray train ARGS`` with the runtime
+environment of ``cluster/runtime_env.yaml``, prints the submission id and follows the job's logs.
+
+The job runs inside the cluster: its driver attaches to the cluster through the ``RAY_ADDRESS``
+that Ray sets for every job, so ``--address`` is never passed on to ``train``.
+
+Ctrl-C stops following, not the job (a training run may have hours left). A second Ctrl-C within
+a few seconds asks the job to stop, which ``train`` answers with a final checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fnmatch
+import logging
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from a3c_ray.config import ConfigError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+DEFAULT_RUNTIME_ENV = Path("cluster") / "runtime_env.yaml"
+ENTRYPOINT = ("python", "-m", "a3c_ray", "train")
+# Never uploaded: environments, run outputs, caches and the large files a run leaves. The same
+# patterns are in cluster/runtime_env.yaml and .rayignore, for `ray job submit`.
+DEFAULT_EXCLUDES = (
+    ".git",
+    ".venv",
+    "venv",
+    "runs",
+    "__pycache__",
+    "*.egg-info",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    "events.out.tfevents.*",
+    "*.pt",
+    "*.mp4",
+)
+# Files at least this large are left out too, whatever their name (Ray warns at 10 MiB and
+# refuses packages of 500 MiB).
+MAX_FILE_BYTES = 16 * 1024 * 1024
+SECOND_INTERRUPT_SECONDS = 5.0
+TERMINAL = {"SUCCEEDED": EXIT_OK, "FAILED": EXIT_FAILED, "STOPPED": EXIT_FAILED}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``a3c-ray submit``; everything after ``--`` goes to ``a3c-ray train``."""
+    parser.add_argument(
+        "--address",
+        help="the cluster's dashboard / Jobs API (default: RAY_API_SERVER_ADDRESS, else "
+        f"RAY_ADDRESS, else {DEFAULT_ADDRESS})",
+    )
+    parser.add_argument(
+        "--working-dir",
+        help="directory uploaded as the job's working directory (default: the runtime env's "
+        "working_dir, else the current directory)",
+    )
+    parser.add_argument(
+        "--runtime-env",
+        type=Path,
+        metavar="FILE",
+        help=f"runtime environment YAML (default: {DEFAULT_RUNTIME_ENV} under the working "
+        "directory, if it exists)",
+    )
+    parser.add_argument(
+        "--submission-id", help="id of the job (default: one chosen by Ray, raysubmit_...)"
+    )
+    parser.add_argument(
+        "--no-wait", action="store_true", help="print the submission id and return at once"
+    )
+    parser.add_argument(
+        "train_args",
+        nargs="*",
+        metavar="-- TRAIN_ARGS",
+        help="arguments of `a3c-ray train`, after `--`, e.g. -- --env CartPole-v1 --workers 4",
+    )
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Submit the job, print its id, and (unless ``--no-wait``) follow it to its end."""
+    # Ray's INFO lines about packaging (one per ignore file) would bury the job's own logs.
+    ray_logger = logging.getLogger("ray")
+    level = ray_logger.level
+    ray_logger.setLevel(logging.WARNING)
+    try:
+        return _run(args, out or sys.stdout)
+    finally:
+        ray_logger.setLevel(level)
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        entrypoint = build_entrypoint(args.train_args)
+        runtime_env = build_runtime_env(args.working_dir, args.runtime_env)
+        address = resolve_address(args.address)
+        client = make_client(address)
+        print(f"a3c-ray: submitting to {address}: {entrypoint}", file=sys.stderr)
+        submission_id = submit(client, entrypoint, runtime_env, args.submission_id)
+    except ConfigError as e:
+        print(f"a3c-ray: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(submission_id, file=out, flush=True)
+    if args.no_wait:
+        print(
+            f"a3c-ray: follow it with: {_ray_job_command('logs', submission_id, address)} --follow",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+    try:
+        follow_logs(client, submission_id, out)
+        status = wait_until_done(client, submission_id)
+    except KeyboardInterrupt:
+        return _interrupted(client, submission_id, address)
+    if status != "SUCCEEDED":
+        message = getattr(client.get_job_info(submission_id), "message", None) or ""
+        print(f"a3c-ray: job {submission_id} {status}: {message}".rstrip(), file=sys.stderr)
+    return TERMINAL[status]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="a3c-ray submit", description="Run `a3c-ray train` as a Ray job on a cluster."
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+# -- input -------------------------------------------------------------------------------------
+
+
+def build_entrypoint(train_args: Sequence[str]) -> str:
+    """``python -m a3c_ray train ARGS``, once the flags parse as ``a3c-ray train``'s."""
+    from a3c_ray.cli import UsageError, build_parser
+
+    try:
+        build_parser().parse_args(["train", *train_args])
+    except UsageError as e:
+        raise ConfigError([f"{e} (after `--` come the arguments of `a3c-ray train`)"]) from None
+    return shlex.join([*ENTRYPOINT, *train_args])
+
+
+def resolve_address(address: str | None) -> str:
+    return (
+        address
+        or os.environ.get("RAY_API_SERVER_ADDRESS")
+        or os.environ.get("RAY_ADDRESS")
+        or DEFAULT_ADDRESS
+    )
+
+
+def load_runtime_env(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError([f"cannot read runtime env {path}: {e.strerror or e}"]) from None
+    except yaml.YAMLError as e:
+        raise ConfigError([f"runtime env {path} is not valid YAML: {_one_line(e)}"]) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"runtime env {path} must be a mapping of runtime_env fields"])
+    return data
+
+
+def build_runtime_env(working_dir: str | None, runtime_env_file: Path | None) -> dict[str, Any]:
+    """The runtime env: the YAML file, the working directory, and excludes for what stays home."""
+    base = Path(working_dir) if working_dir and not _is_uri(working_dir) else Path(".")
+    if runtime_env_file is None and (base / DEFAULT_RUNTIME_ENV).is_file():
+        runtime_env_file = base / DEFAULT_RUNTIME_ENV
+    env = load_runtime_env(runtime_env_file) if runtime_env_file is not None else {}
+    wd = working_dir or env.get("working_dir") or "."
+    if not isinstance(wd, str):
+        raise ConfigError([f"runtime env working_dir must be a path or URI, not {wd!r}"])
+    if not _is_uri(wd):
+        path = Path(wd).expanduser().resolve()
+        if not path.is_dir():
+            raise ConfigError([f"working directory {wd} does not exist or is not a directory"])
+        wd = str(path)
+        excludes = list(env.get("excludes") or [])
+        excludes += [p for p in DEFAULT_EXCLUDES if p not in excludes]
+        excludes += [p for p in large_files(path, excludes) if p not in excludes]
+        env["excludes"] = excludes
+    env["working_dir"] = wd
+    _check_runtime_env(env, runtime_env_file)
+    return env
+
+
+def large_files(root: Path, excludes: Sequence[str], limit: int = MAX_FILE_BYTES) -> list[str]:
+    """Files of ``limit`` bytes or more under ``root`` that ``excludes`` keep, as root-anchored
+    excludes (``/path/to/file``)."""
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = Path(dirpath).relative_to(root)
+        dirnames[:] = [d for d in dirnames if not _excluded(rel_dir / d, excludes)]
+        for name in filenames:
+            rel = rel_dir / name
+            if _excluded(rel, excludes):
+                continue
+            try:
+                size = (root / rel).stat().st_size
+            except OSError:
+                continue
+            if size >= limit:
+                print(f"a3c-ray: not uploading {rel} ({size / 2**20:.0f} MiB)", file=sys.stderr)
+                found.append("/" + rel.as_posix())
+    return found
+
+
+def _excluded(rel: Path, patterns: Sequence[str]) -> bool:
+    """gitignore-style matching, enough for excludes: a pattern without a slash matches a name
+    at any depth, one with a slash matches the path from the root."""
+    path = rel.as_posix()
+    for pattern in patterns:
+        p = pattern.rstrip("/")
+        if "/" in p:
+            if fnmatch.fnmatchcase(path, p.lstrip("/")):
+                return True
+        elif any(fnmatch.fnmatchcase(part, p) for part in rel.parts):
+            return True
+    return False
+
+
+def _check_runtime_env(env: dict[str, Any], source: Path | None) -> None:
+    from ray.runtime_env import RuntimeEnv
+
+    try:
+        RuntimeEnv(**env)
+    except (TypeError, ValueError) as e:
+        where = f" in {source}" if source else ""
+        raise ConfigError([f"bad runtime env{where}: {_one_line(e)}"]) from None
+
+
+# -- the cluster -------------------------------------------------------------------------------
+
+
+def auth_headers() -> dict[str, str]:
+    """The bearer token for the dashboard, read where Ray reads it.
+
+    Ray's own clients send it only when ``RAY_AUTH_MODE=token``; like ``ray start`` and
+    ``ray.init``, this sends it also when the mode is unset and a token exists. Order:
+    ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``.
+    """
+    mode = os.environ.get("RAY_AUTH_MODE", "").strip().lower()
+    if mode == "disabled":
+        return {}
+    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if not token and token_path:
+        try:
+            token = Path(token_path).expanduser().read_text().strip()
+        except OSError as e:
+            raise ConfigError([f"RAY_AUTH_TOKEN_PATH={token_path}: {e.strerror or e}"]) from None
+        if not token:
+            raise ConfigError([f"RAY_AUTH_TOKEN_PATH={token_path} is empty"])
+    if not token:
+        default = Path.home() / ".ray" / "auth_token"
+        token = default.read_text().strip() if default.is_file() else ""
+    if not token:
+        if mode == "token":
+            raise ConfigError(
+                [
+                    "RAY_AUTH_MODE=token but no token found (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH "
+                    "or ~/.ray/auth_token); copy the cluster's token there"
+                ]
+            )
+        return {}
+    return {"Authorization": f"Bearer {token}"}
+
+
+def make_client(address: str) -> Any:
+    """A JobSubmissionClient for ``address``; an unreachable or refusing cluster is bad input."""
+    from ray.exceptions import AuthenticationError
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address, headers=auth_headers())
+    except ConnectionError:
+        raise ConfigError(
+            [
+                f"cannot reach the Ray Jobs API at {address}; start a cluster (cluster/local.sh "
+                "up 2) or pass --address http://HEAD:8265"
+            ]
+        ) from None
+    except AuthenticationError as e:
+        raise ConfigError([f"{address} refused the auth token: {_one_line(e)}"]) from None
+    except (RuntimeError, ValueError) as e:
+        raise ConfigError([f"cannot use the Ray Jobs API at {address}: {_one_line(e)}"]) from None
+
+
+def submit(
+    client: Any, entrypoint: str, runtime_env: dict[str, Any], submission_id: str | None
+) -> str:
+    from ray.exceptions import AuthenticationError
+
+    try:
+        return str(
+            client.submit_job(
+                entrypoint=entrypoint,
+                runtime_env=runtime_env,
+                submission_id=submission_id,
+                metadata={"a3c_ray": "train"},
+            )
+        )
+    except AuthenticationError as e:
+        raise ConfigError([f"the cluster refused the auth token: {_one_line(e)}"]) from None
+    except (RuntimeError, ValueError) as e:  # e.g. a submission id in use, a package too big
+        raise ConfigError([f"job not submitted: {_one_line(e)}"]) from None
+
+
+def follow_logs(client: Any, submission_id: str, out: TextIO) -> None:
+    """Copy the job's logs to ``out`` until it ends (polling if the log stream breaks)."""
+
+    async def tail() -> None:
+        async for chunk in client.tail_job_logs(submission_id):
+            out.write(chunk)
+            out.flush()
+
+    try:
+        asyncio.run(tail())
+    except (RuntimeError, OSError):
+        seen = 0
+        while True:
+            logs = client.get_job_logs(submission_id)
+            out.write(logs[seen:])
+            out.flush()
+            seen = len(logs)
+            if _status(client, submission_id) in TERMINAL:
+                return
+            time.sleep(1.0)
+
+
+def wait_until_done(client: Any, submission_id: str, poll: float = 0.5) -> str:
+    """The job's terminal status (the log stream may end a moment before the status is set)."""
+    while (status := _status(client, submission_id)) not in TERMINAL:
+        time.sleep(poll)
+    return status
+
+
+def _interrupted(client: Any, submission_id: str, address: str) -> int:
+    print(
+        f"\na3c-ray: stopped following job {submission_id}; it keeps running. Press Ctrl-C again "
+        f"within {SECOND_INTERRUPT_SECONDS:.0f} s to stop it (it saves a final checkpoint), "
+        f"or later: {_ray_job_command('stop', submission_id, address)}",
+        file=sys.stderr,
+    )
+    try:
+        time.sleep(SECOND_INTERRUPT_SECONDS)
+    except KeyboardInterrupt:
+        client.stop_job(submission_id)
+        print(f"a3c-ray: asked job {submission_id} to stop", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _status(client: Any, submission_id: str) -> str:
+    status = client.get_job_status(submission_id)
+    return str(getattr(status, "value", status))
+
+
+def _ray_job_command(verb: str, submission_id: str, address: str) -> str:
+    return f"RAY_AUTH_MODE=token ray job {verb} {submission_id} --address {address}"
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())
