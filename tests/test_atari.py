@@ -297,3 +297,30 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
         small, ps_mod.GradientPush(np.zeros_like(small.weights()), 0, 5)
     )
     assert isinstance(reply.weights, np.ndarray), "small weights travel inline"
+
+
+@pytest.mark.parametrize(
+    "name", ["cartpole", "pong", "pong_lstm", "breakout", "masked_cartpole_lstm"]
+)
+def test_shipped_configs_load_validate_and_carry_the_papers_optimizer(name: str) -> None:
+    from a3c_ray import configs
+
+    path = configs.resolve(name)
+    assert path.parent == configs.DIR and name in configs.names()
+    cfg = Config.load(path)
+    assert cfg.validate() == []
+    if name in ("pong", "pong_lstm", "breakout"):
+        a = cfg.algo
+        assert (a.optimizer, a.rmsprop_alpha, a.optimizer_eps) == ("rmsprop", 0.99, 0.1)
+        assert a.entropy_coef == 0.01 and a.t_max in (5, 20) and cfg.run.workers == 16
+        assert cfg.model.kind == "cnn" and cfg.env.frame_stack == (1 if cfg.model.lstm else 4)
+
+
+def test_config_names_resolve_to_shipped_files_and_paths_pass_through(tmp_path: Path) -> None:
+    from a3c_ray import configs
+
+    assert configs.resolve("pong.yaml") == configs.resolve("pong") == configs.DIR / "pong.yaml"
+    mine = tmp_path / "pong.yaml"
+    mine.write_text("env: {id: CartPole-v1}\n")
+    assert configs.resolve(mine) == mine
+    assert configs.resolve("no_such_config") == Path("no_such_config")

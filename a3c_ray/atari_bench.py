@@ -1,0 +1,162 @@
+"""Atari throughput: training frames per second against the raw emulator, measured in one run.
+
+Three figures, in emulator frames per second (one agent step is ``FRAME_SKIP`` = 4 frames):
+
+- ``raw_ale_fps``: one ``gym.make(env_id, frameskip=1)`` env stepped with random actions, no
+  preprocessing, no model, in this process: what one core of this machine can emulate.
+- ``env_fps``: one training env (AtariPreprocessing, frame stack, life loss, clipping) stepped with
+  random actions: the emulator plus preprocessing, still without a model.
+- ``train_fps``: frames per second of a real training run with ``workers`` Workers on Ray
+  (``driver.train``), counted from the first gradient applied to the end of the run.
+
+``ratio = train_fps / raw_ale_fps`` compares the whole system with one bare emulator; divided by
+the number of Workers it is the share of each Worker's core that goes to emulation.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from a3c_ray.config import Config, EnvConfig
+from a3c_ray.envs import FRAME_SKIP, make_env, register_extra_envs
+
+
+@dataclass
+class AtariBench:
+    env_id: str
+    workers: int
+    num_envs: int
+    lstm: bool
+    raw_ale_fps: float
+    env_fps: float
+    train_fps: float
+    train_steps_per_second: float
+    train_seconds: float
+    env_steps: int
+    gradient_updates: int
+
+    @property
+    def ratio(self) -> float:
+        """Training frames/s over one raw emulator's frames/s."""
+        return self.train_fps / self.raw_ale_fps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "ratio": self.ratio,
+            "ratio_per_worker": self.ratio / self.workers,
+        }
+
+
+def raw_ale_fps(env_id: str = "ALE/Pong-v5", frames: int = 20_000, seed: int = 0) -> float:
+    """Emulator frames per second of one bare env at frameskip 1, random actions."""
+    register_extra_envs()
+    env = gym.make(env_id, frameskip=1)
+    try:
+        return _random_steps_per_second(env, frames, seed)
+    finally:
+        env.close()
+
+
+def env_fps(cfg: EnvConfig, steps: int = 5_000, seed: int = 0) -> float:
+    """Emulator frames per second of one preprocessed training env, random actions."""
+    env = make_env(cfg, training=True)
+    try:
+        return _random_steps_per_second(env, steps, seed) * FRAME_SKIP
+    finally:
+        env.close()
+
+
+def _random_steps_per_second(env: gym.Env[Any, Any], steps: int, seed: int) -> float:
+    n = int(env.action_space.n)  # type: ignore[attr-defined]
+    actions = np.random.default_rng(seed).integers(0, n, steps)
+    env.reset(seed=seed)
+    t0 = time.perf_counter()
+    for a in actions:
+        _, _, terminated, truncated, _ = env.step(int(a))
+        if terminated or truncated:
+            env.reset()
+    return steps / (time.perf_counter() - t0)
+
+
+def bench_config(
+    env_id: str, workers: int, seconds: float, lstm: bool, num_envs: int, run_dir: Path
+) -> Config:
+    """The paper's settings (as in configs/pong.yaml), stopped by a time limit, one final eval."""
+    cfg = Config()
+    cfg.env.id = env_id
+    cfg.env.num_envs = num_envs
+    cfg.model.kind = "cnn"
+    cfg.model.lstm = lstm
+    cfg.env.frame_stack = 1 if lstm else 4
+    cfg.algo.t_max = 20 if lstm else 5
+    cfg.algo.optimizer = "rmsprop"
+    cfg.algo.lr = 1e-3
+    cfg.algo.optimizer_eps = 0.1
+    cfg.run.workers = workers
+    cfg.run.time_limit = seconds
+    cfg.run.max_steps = 10**12
+    cfg.run.progress = False
+    cfg.run.run_dir = str(run_dir)
+    cfg.monitor.eval_every = 10 * seconds + 60  # no evaluation competes for CPU while measuring
+    cfg.monitor.eval_episodes = 1
+    return cfg
+
+
+def measure(
+    env_id: str = "ALE/Pong-v5",
+    workers: int = 2,
+    seconds: float = 60.0,
+    lstm: bool = False,
+    num_envs: int = 1,
+    address: str | None = None,
+) -> AtariBench:
+    """Raw emulator and preprocessed env speeds, then ``seconds`` of training on Ray.
+
+    Starts an embedded Ray unless one is connected or ``address`` names a cluster; the run
+    directory is temporary.
+    """
+    from a3c_ray.driver import train
+
+    raw = raw_ale_fps(env_id)
+    with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
+        cfg = bench_config(env_id, workers, seconds, lstm, num_envs, Path(tmp) / "run")
+        pre = env_fps(cfg.env)
+        summary = train(cfg, address=address).summary
+    secs = float(summary.get("train_seconds") or 0.0)
+    steps = int(summary.get("env_steps") or 0)
+    sps = steps / secs if secs > 0 else 0.0
+    return AtariBench(
+        env_id=env_id,
+        workers=workers,
+        num_envs=num_envs,
+        lstm=lstm,
+        raw_ale_fps=raw,
+        env_fps=pre,
+        train_fps=sps * FRAME_SKIP,
+        train_steps_per_second=sps,
+        train_seconds=secs,
+        env_steps=steps,
+        gradient_updates=int(summary.get("gradient_updates") or 0),
+    )
+
+
+def main() -> None:
+    """``python -m a3c_ray.atari_bench [WORKERS] [SECONDS]``: one JSON line of figures."""
+    import json
+    import sys
+
+    workers = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 60.0
+    print(json.dumps(measure(workers=workers, seconds=seconds).to_dict()))
+
+
+if __name__ == "__main__":
+    main()
