@@ -55,6 +55,7 @@ class Parser(argparse.ArgumentParser):
 # Commands that live in their own module, each with add_arguments(parser) and run(args) -> int.
 MODULE_COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("a3c_ray.status", "show the live runs on a Ray cluster"),
+    "scale": ("a3c_ray.scale", "change the number of Workers of a live run"),
 }
 
 

@@ -207,6 +207,8 @@ class Run:
         self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
         self.restart_at: dict[int, float] = {}
         self.worker_restarts = 0
+        self.retiring: set[int] = set()
+        self.current_workers = workers
         self.results: dict[int, dict[str, Any]] = {}
         self.errors: list[str] = []
         self.failure_log: list[str] = []
@@ -233,6 +235,8 @@ class Run:
         """Lose the Worker's in-flight rollout, nothing else: replace it after a backoff, or give up."""
         with contextlib.suppress(Exception):
             ray.kill(self.workers[i])  # a Worker whose task raised is still alive and holds a CPU
+        if i in self.retiring:
+            return  # it was on its way out anyway
         self.failures[i] += 1
         reason = _one_line(error)
         self.failure_log.append(f"worker {i} failure {self.failures[i]}: {reason}")
@@ -245,6 +249,27 @@ class Run:
             return
         delay = min(self.cfg.run.restart_backoff * 2 ** (self.failures[i] - 1), MAX_BACKOFF_SECONDS)
         self.restart_at[i] = time.monotonic() + delay
+
+    def active_slots(self) -> list[int]:
+        """Slots with a Worker training or waiting to be restarted, and not being retired."""
+        live = set(self.pending.values()) | set(self.restart_at)
+        return sorted(live - self.retiring)
+
+    def _scale_to(self, n: int) -> None:
+        """Add Workers in new slots, or retire the newest ones, until ``n`` are active."""
+        active = self.active_slots()
+        for _ in range(len(active), n):
+            slot = max([*self.failures, -1]) + 1
+            self.failures[slot] = 0
+            self._start_worker(slot)
+        for slot in active[n:]:
+            self.retiring.add(slot)
+            if slot in self.restart_at:
+                del self.restart_at[slot]
+            else:
+                ray.get(self.ps.retire.remote(slot))
+        self.n_workers = max(self.n_workers, n)
+        self.current_workers = n
 
     def _restart_due_workers(self, stopping: bool) -> None:
         now = time.monotonic()
@@ -274,6 +299,9 @@ class Run:
                     self.results[i] = ray.get(ref)
                 except ray.exceptions.RayError as e:
                     self._worker_failed(i, e)
+                else:
+                    if i in self.retiring:  # scaled down: free its CPU now
+                        ray.kill(self.workers[i], no_restart=True)
             if tick_ref is not None and ray.wait([tick_ref], timeout=0)[0]:
                 with contextlib.suppress(
                     ray.exceptions.RayError
@@ -283,7 +311,10 @@ class Run:
             if tick_ref is None and time.monotonic() - last_tick >= self.cfg.monitor.log_every:
                 tick_ref, last_tick = self.monitor.tick.remote(), time.monotonic()
             progress = ray.get(self.ps.progress.remote())
-            self._restart_due_workers(stopping=progress["stop_reason"] is not None)
+            stopping = progress["stop_reason"] is not None
+            self._restart_due_workers(stopping)
+            if not stopping and progress["desired_workers"] is not None:
+                self._scale_to(progress["desired_workers"])
             self._refresh(bar, progress)
             if not self.pending and not self.restart_at:
                 break
@@ -321,7 +352,8 @@ class Run:
         nodes = sorted({r["node_id"] for r in self.results.values() if "node_id" in r})
         return {
             "env_id": self.cfg.env.id,
-            "workers": self.n_workers,
+            "workers": self.current_workers,
+            "workers_max": self.n_workers,
             "env_steps": p["env_steps"],
             "gradient_updates": p["gradients_applied"],
             "train_seconds": round(p["train_seconds"], 3),

@@ -100,6 +100,8 @@ class ParameterServer:
         self.env_restarts = 0
         self.restarts = 0
         self.worker_steps: dict[int, int] = {}
+        self.desired_workers: int | None = None
+        self.retiring: set[int] = set()
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=100)
         self.staleness_sum = 0
@@ -145,7 +147,8 @@ class ParameterServer:
         self._check_stop()
         moved = self.version != p.version or bool(p.lineage and p.lineage != self.lineage)
         weights = self.weights() if moved else None
-        return PushReply(weights, self.version, self.stop_reason is not None, applied, self.lineage)
+        stop = self.stop_reason is not None or p.worker in self.retiring
+        return PushReply(weights, self.version, stop, applied, self.lineage)
 
     def _apply(self, grad: torch.Tensor, staleness: int) -> None:
         if self.t_first is None:
@@ -226,6 +229,7 @@ class ParameterServer:
             "ps_restarts": self.restarts,
             "restored_from": self.restored_from,
             "worker_steps": dict(self.worker_steps),
+            "desired_workers": self.desired_workers,
             "episodes": self.episodes,
             "mean_return_100": self.mean_return_100(),
             "staleness_mean": self.staleness_sum / n,
@@ -243,6 +247,17 @@ class ParameterServer:
 
     def gradients_dropped(self) -> int:
         return self.dropped_nonfinite + self.dropped_stale + self.dropped_resync
+
+    # -- elastic scaling: `a3c-ray scale` asks, the driver acts ----------------------------------
+    def set_workers(self, n: int) -> None:
+        """Ask for ``n`` Workers; the driver adds or retires Workers to match."""
+        if n < 1:
+            raise ValueError(f"a run needs at least one Worker, not {n}")
+        self.desired_workers = n
+
+    def retire(self, worker: int) -> None:
+        """Tell Worker ``worker`` to stop at its next push (its slot is not restarted)."""
+        self.retiring.add(worker)
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:

@@ -59,7 +59,10 @@ def worker_states(run: str) -> list[dict[str, Any]]:
     from ray.util.state import list_actors
 
     rows: dict[str, dict[str, Any]] = {}
-    for a in list_actors(filters=[("class_name", "=", "Worker")], detail=True, limit=10_000):
+    gcs = ray.get_runtime_context().gcs_address  # this cluster, not any other on the machine
+    for a in list_actors(
+        address=gcs, filters=[("class_name", "=", "Worker")], detail=True, limit=10_000
+    ):
         name = a.name or ""
         if a.ray_namespace == NAMESPACE and name.startswith(run + "/"):
             slot = name.split("/", 1)[1]
@@ -128,22 +131,31 @@ def render(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def attach(address: str | None) -> bool:
+    """Connect this process to the cluster unless it already is; True when this call connected."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or "auto"
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise ConfigError(
+            [f"cannot reach a Ray cluster at {address}: {str(e).splitlines()[0]}"]
+        ) from None
+    return True
+
+
+def detach(started: bool) -> None:
+    if started:
+        ray.shutdown()
+
+
 def run(args: argparse.Namespace) -> int:
-    started_here = False
-    if not ray.is_initialized():
-        address = args.address or os.environ.get("RAY_ADDRESS") or "auto"
-        try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise ConfigError(
-                [f"cannot reach a Ray cluster at {address}: {str(e).splitlines()[0]}"]
-            ) from None
-        started_here = True
+    started = attach(args.address)
     try:
         records = collect(args.run, args.interval)
     finally:
-        if started_here:
-            ray.shutdown()
+        detach(started)
     if args.json:
         print(json.dumps(records, default=float))
     else:

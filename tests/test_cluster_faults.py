@@ -35,7 +35,8 @@ def cluster() -> Iterator[Cluster]:
 
 def actor_node(run_dir: Path, suffix: str) -> str:
     prefix = run_dir.name
-    for a in list_actors(filters=[("state", "=", "ALIVE")], detail=True):
+    gcs = ray.get_runtime_context().gcs_address
+    for a in list_actors(address=gcs, filters=[("state", "=", "ALIVE")], detail=True):
         if a.name and a.name.startswith(prefix) and a.name.endswith("/" + suffix):
             return str(a.node_id)
     raise LookupError(suffix)

@@ -165,6 +165,24 @@ def test_status_shows_the_restarted_worker(
     )
 
 
+def test_scale_adds_and_retires_workers_of_a_live_run(
+    live_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    def alive() -> list[str]:
+        main(["status", "--json", "--interval", "0.1"])
+        (rec,) = [r for r in json.loads(capsys.readouterr().out) if r["run"].startswith("live-")]
+        return [w["worker"] for w in rec["workers"] if w["state"] == "ALIVE"]
+
+    assert main(["scale", "live-", "--workers", "3"]) == 0
+    assert "asked for 3 Workers" in capsys.readouterr().out
+    wait_for(lambda: len(alive()) == 3, timeout=60, what="3 workers")
+    assert main(["scale", "live-", "--workers", "1"]) == 0
+    capsys.readouterr()
+    wait_for(lambda: len(alive()) == 1, timeout=60, what="1 worker")
+    assert main(["scale", "no-such-run", "--workers", "2"]) == 2
+    assert "must name exactly one live run" in capsys.readouterr().err
+
+
 def test_tensorboard_has_every_tag_the_config_and_eval_videos(live_run: dict[str, Any]) -> None:
     ray.get(live_run["ps"].request_stop.remote("interrupted"))
     wait_for(lambda: "result" in live_run, timeout=120, what="the run to end")
