@@ -1,0 +1,358 @@
+"""``a3c-ray bench``: how fast a3c-ray trains on this machine, against this machine's own limit.
+
+In one run it measures (see ``bench_measure``):
+
+1. the raw limit: one process stepping K vector envs with the same policy's batched forward pass
+   and action sampling, no learning, per core;
+2. the ParameterServer's gradient applications per second, in process and as a Ray actor;
+3. a3c-ray's training throughput with N Workers (env steps/s, updates/s, staleness, and each
+   Worker's time in env, forward, backward and waiting on Ray), for each N of ``--scaling``;
+
+and prints the ratio of (3) to (1) x N, and a model of where throughput stops growing with N.
+``--plot-runs`` instead draws the learning curves of finished training runs (``bench_plot``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+from pathlib import Path
+from typing import Any
+
+from a3c_ray import bench_measure as bm
+from a3c_ray.config import Config, ConfigError
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected worker counts like 1,2,4, got '{text}'"
+        ) from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected worker counts >= 1, got '{text}'")
+    return counts
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", help="gymnasium environment id (default CartPole-v1)")
+    p.add_argument("--workers", type=int, help="Workers to train with (default: one per CPU)")
+    p.add_argument(
+        "--scaling",
+        type=_counts,
+        metavar="N,N,...",
+        help="also measure training with each of these numbers of Workers, e.g. 1,2,4",
+    )
+    p.add_argument("--envs-per-worker", type=int, help="environments per Worker (K)")
+    p.add_argument("--t-max", type=int, help="rollout length per gradient push")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=10.0,
+        help=f"training seconds measured per run, after {bm.WARMUP_SECONDS:g} s of warm-up (default 10)",
+    )
+    p.add_argument(
+        "--raw-seconds", type=float, default=3.0, help="seconds of the raw limit (default 3)"
+    )
+    p.add_argument(
+        "--ps-seconds",
+        type=float,
+        default=2.0,
+        help="seconds of each ParameterServer measurement (default 2)",
+    )
+    p.add_argument(
+        "--in-flight",
+        type=int,
+        default=8,
+        help="pushes kept in flight to the ParameterServer actor (default 8)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every measurement this many times and report medians (default 1)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="set any config field, as for train (repeatable)",
+    )
+    p.add_argument("--address", help="Ray cluster to attach to (default: an embedded Ray)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument(
+        "--plot-runs",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="instead of measuring, plot the learning curves of these training runs",
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("docs"), help="where --plot-runs writes its PNGs"
+    )
+
+
+def bench_config(args: argparse.Namespace) -> Config:
+    """The config under test: the defaults with the flags and ``--set`` items applied."""
+    cfg = Config()
+    problems: list[str] = []
+    for item in args.set:
+        key, eq, value = item.partition("=")
+        try:
+            if not eq:
+                raise ConfigError([f"--set {item}: expected FIELD=VALUE"])
+            cfg.set(key.strip(), value)
+        except ConfigError as e:
+            problems.extend(e.problems)
+    for dest, value in (
+        ("env.id", args.env),
+        ("run.workers", args.workers),
+        ("env.num_envs", args.envs_per_worker),
+        ("algo.t_max", args.t_max),
+    ):
+        if value is not None:
+            cfg.set(dest, value)
+    cfg.run.workers = cfg.run.workers or os.cpu_count() or 1
+    for name in ("seconds", "raw_seconds", "ps_seconds"):
+        if not getattr(args, name) > 0:
+            problems.append(f"--{name.replace('_', '-')}: must be > 0 seconds")
+    for name in ("repeat", "in_flight"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')}: must be >= 1")
+    problems += cfg.validate()
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def connect(cfg: Config, max_workers: int, address: str | None) -> bool:
+    """Start an embedded Ray as ``a3c-ray train`` would, or use the one this process already has.
+
+    True when this call started Ray (and so must shut it down).
+    """
+    import ray
+
+    from a3c_ray import driver
+
+    c = Config.from_dict(cfg.to_dict())
+    c.run.workers = max_workers
+    started = driver.connect(c, address)
+    need = max_workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus
+    have = ray.cluster_resources().get("CPU", 0.0)
+    if have + 1e-9 < need:
+        if started:
+            ray.shutdown()
+        raise ConfigError(
+            [
+                f"the Ray cluster has {have:g} CPUs; {max_workers} Workers, the ParameterServer "
+                f"and the Monitor need {need:g}"
+            ]
+        )
+    return started
+
+
+def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[str, Any]:
+    """Every measurement, ``args.repeat`` times, in one Ray session; medians and every run."""
+    import ray
+
+    started = connect(cfg, max(counts), args.address)
+    raws: list[dict[str, float]] = []
+    ps_runs: list[dict[str, Any]] = []
+    trains: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    try:
+        for _ in range(args.repeat):
+            raws.append(bm.raw_limit(cfg, args.raw_seconds))
+            ps_runs.append(
+                {
+                    "in_process": bm.ps_in_process(cfg, args.ps_seconds),
+                    "actor": bm.ps_actor(cfg, args.ps_seconds, args.in_flight),
+                }
+            )
+            for n in counts:
+                trains[n].append(bm.train_throughput(cfg, n, args.seconds))
+    finally:
+        if started:
+            ray.shutdown()
+    raw = median_run(raws, "env_steps_per_second")
+    training = []
+    for n in counts:
+        t = median_run(trains[n], "env_steps_per_second")
+        t["ratio"] = t["env_steps_per_second"] / (raw["env_steps_per_second"] * n)
+        t["runs"] = [r["env_steps_per_second"] for r in trains[n]]
+        training.append(t)
+    ps = {
+        "params": bm.model_size(cfg),
+        "in_process_applications_per_second": _median(
+            [r["in_process"]["applications_per_second"] for r in ps_runs]
+        ),
+        "actor_round_trips_per_second": _median(
+            [r["actor"]["round_trips_per_second"] for r in ps_runs]
+        ),
+        "actor_applications_per_second": _median(
+            [r["actor"]["applications_per_second"] for r in ps_runs]
+        ),
+        "in_flight": args.in_flight,
+    }
+    main = next(t for t in training if t["workers"] == cfg.run.workers)
+    return {
+        "machine": machine(),
+        "settings": {
+            "env": cfg.env.id,
+            "envs_per_worker": cfg.env.num_envs,
+            "t_max": cfg.algo.t_max,
+            "steps_per_push": cfg.env.num_envs * cfg.algo.t_max,
+            "frames_per_step": bm.frames_per_step(cfg),
+            "workers": cfg.run.workers,
+            "seconds": args.seconds,
+            "warmup_seconds": bm.WARMUP_SECONDS,
+            "repeat": args.repeat,
+        },
+        "raw": {**raw, "runs": [r["env_steps_per_second"] for r in raws]},
+        "ps": ps,
+        "training": training,
+        "ratio": main["ratio"],
+        "model": bend_model(training, ps["actor_applications_per_second"], cfg),
+    }
+
+
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The run whose ``key`` is the median (the lower one of an even count), whole and consistent."""
+    ordered = sorted(runs, key=lambda r: r[key])
+    return dict(ordered[(len(ordered) - 1) // 2])
+
+
+def bend_model(training: list[dict[str, Any]], ps_limit: float, cfg: Config) -> dict[str, Any]:
+    """Where throughput stops growing with Workers: a roofline of three limits on pushes per second.
+
+    - Workers: N x the pushes/s of one Worker (from the fewest-Workers run measured);
+    - the ParameterServer: its applications/s as an actor with pushes in flight;
+    - the CPUs: each push costs a Worker ``busy`` CPU seconds (its time not spent waiting) and
+      the ParameterServer 1/limit, so ``cores`` CPUs carry at most cores / (busy + 1/limit).
+    Env steps/s is pushes/s x t_max x K.
+    """
+    base = min(training, key=lambda t: t["workers"])
+    per_worker = base["per_worker"]
+    pushes = statistics.fmean(w["pushes_per_second"] for w in per_worker)
+    busy = statistics.fmean(w["busy_seconds_per_push"] for w in per_worker)
+    cores = os.cpu_count() or 1
+    cpu_limit = cores / (busy + 1.0 / ps_limit)
+    steps = cfg.algo.t_max * cfg.env.num_envs
+    return {
+        "worker_pushes_per_second": pushes,
+        "worker_busy_ms_per_push": 1e3 * busy,
+        "ps_applications_per_second": ps_limit,
+        "ps_bound_workers": ps_limit / pushes,
+        "cores": cores,
+        "cpu_bound_pushes_per_second": cpu_limit,
+        "cpu_bound_workers": cpu_limit / pushes,
+        "predicted_env_steps_per_second": {
+            str(n): min(n * pushes, ps_limit, cpu_limit) * steps for n in (1, 2, 4, 8, 16, 32, 64)
+        },
+    }
+
+
+def machine() -> dict[str, Any]:
+    import gymnasium
+    import ray
+    import torch
+
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "ray": ray.__version__,
+        "torch": torch.__version__,
+        "gymnasium": gymnasium.__version__,
+    }
+
+
+def _n(x: float) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:,.0f}"
+
+
+def format_report(r: dict[str, Any]) -> str:
+    s, m, raw, ps = r["settings"], r["machine"], r["raw"], r["ps"]
+    frames = s["frames_per_step"]
+    fps = f" ({_n(raw['frames_per_second'])} frames/s)" if frames > 1 else ""
+    lines = [
+        f"a3c-ray bench: {s['env']}, {s['envs_per_worker']} envs per Worker, t_max {s['t_max']} "
+        f"({s['steps_per_push']} env steps per push), {ps['params']:,} parameters",
+        f"machine: {m['cpus']} CPUs ({m['cpu_model']}), Ray {m['ray']}, torch {m['torch']}; "
+        f"medians of {s['repeat']} run(s)",
+        "",
+        f"raw limit, one process on one core: {_n(raw['env_steps_per_second'])} env steps/s{fps} "
+        f"(per batch of {s['envs_per_worker']}: forward {raw['forward_us_per_batch']:.0f} us, "
+        f"sampling {raw['sample_us_per_batch']:.0f} us, env {raw['env_us_per_batch']:.0f} us)",
+        f"ParameterServer: {_n(ps['in_process_applications_per_second'])} gradient applications/s "
+        f"in process; as a Ray actor {_n(ps['actor_round_trips_per_second'])} round trips/s from one "
+        f"client, {_n(ps['actor_applications_per_second'])} applications/s with {ps['in_flight']} "
+        "pushes in flight",
+        "",
+        f"training ({s['seconds']:g} s after {s['warmup_seconds']:g} s of warm-up; "
+        "ParameterServer, Monitor and N Workers as `a3c-ray train` runs them)",
+        "workers  env steps/s  updates/s  staleness mean/max  ratio to raw x workers",
+    ]
+    for t in r["training"]:
+        lines.append(
+            f"{t['workers']:>7}  {_n(t['env_steps_per_second']):>11}  {_n(t['updates_per_second']):>9}"
+            f"  {t['staleness_mean']:>12.2f}/{t['staleness_max']:<5}  {t['ratio']:>22.2f}"
+        )
+    for t in r["training"]:
+        lines += ["", f"time of each Worker, {t['workers']} Workers:"]
+        lines.append("worker  env steps/s  pushes/s    env  forward  backward   wait  other")
+        for w in t["per_worker"]:
+            sp = w["split"]
+            lines.append(
+                f"{w['worker']:>6}  {_n(w['env_steps_per_second']):>11}  {_n(w['pushes_per_second']):>8}  "
+                + "  ".join(
+                    f"{100 * sp[k]:>{max(len(k), 5) - 1}.0f}%"
+                    for k in ("env", "forward", "backward", "wait", "other")
+                )
+            )
+    md = r["model"]
+    pred = ", ".join(
+        f"{n}: {_n(v)}" for n, v in md["predicted_env_steps_per_second"].items() if int(n) <= 16
+    )
+    lines += [
+        "",
+        f"model: one Worker pushes {md['worker_pushes_per_second']:.0f}/s, busy "
+        f"{md['worker_busy_ms_per_push']:.2f} ms per push; the ParameterServer applies up to "
+        f"{_n(md['ps_applications_per_second'])}/s, so it saturates at "
+        f"{md['ps_bound_workers']:.1f} Workers; {md['cores']} CPUs carry at most "
+        f"{_n(md['cpu_bound_pushes_per_second'])} pushes/s ({md['cpu_bound_workers']:.1f} Workers)",
+        f"predicted env steps/s by Workers: {pred}",
+        f"ratio: {r['ratio']:.2f} of the raw limit x {s['workers']} Workers",
+    ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plot_runs:
+        from a3c_ray.bench_plot import plot_runs
+
+        for path in plot_runs(args.plot_runs, args.out):
+            print(path)
+        return 0
+    cfg = bench_config(args)
+    counts = sorted({*(args.scaling or []), cfg.run.workers})
+    report = measure(cfg, counts, args)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0

@@ -1,0 +1,243 @@
+"""The measurements behind ``a3c-ray bench``.
+
+- ``raw_limit``: one process stepping K vector envs with the policy's batched forward pass and
+  action sampling, no learning: the most env steps per second one core can give a Worker.
+- ``ps_in_process`` and ``ps_actor``: gradient applications per second of the ParameterServer, as a
+  plain object and as a Ray actor fed by one client (latency) or several pushes in flight (its
+  sustained rate).
+- ``train_throughput``: a3c-ray training as ``a3c-ray train`` runs it (the driver's ``Run``: the
+  ParameterServer, the Monitor and N Workers), measured over a window after a warm-up.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from a3c_ray import driver
+from a3c_ray import parameter_server as ps_mod
+from a3c_ray.config import Config
+from a3c_ray.envs import FRAME_SKIP, env_spaces, is_atari, make_vector_env
+from a3c_ray.models import build_model, num_params
+from a3c_ray.parameter_server import GradientPush, ParameterServer, initial_params
+from a3c_ray.worker import sample_actions
+
+WARMUP_SECONDS = 1.0
+"""Training seconds left out of the window: actor start-up and the first pushes are not steady."""
+SPLIT_KEYS = ("env", "forward", "backward", "wait")
+
+
+def frames_per_step(cfg: Config) -> int:
+    """Emulator frames per agent step: 4 for Atari (frame skip), else 1."""
+    return FRAME_SKIP if is_atari(cfg.env.id) else 1
+
+
+def model_size(cfg: Config) -> int:
+    obs_space, act_space = env_spaces(cfg.env)
+    return num_params(build_model(cfg.model, obs_space.shape, int(act_space.n)))
+
+
+def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
+    """Env steps per second of one process (one torch thread): K envs, batched forward, sampling."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    envs = make_vector_env(cfg.env)
+    try:
+        obs_space, act_space = env_spaces(cfg.env)
+        model = build_model(cfg.model, obs_space.shape, int(act_space.n))
+        generator = torch.Generator().manual_seed(cfg.run.seed)
+        k = cfg.env.num_envs
+        obs, _ = envs.reset(seed=cfg.run.seed)
+        state = model.initial_state(k)
+        times = {"forward": 0.0, "sample": 0.0, "env": 0.0}
+        steps, t0 = 0, time.perf_counter()
+        with torch.no_grad():
+            # A few steps first: torch's first calls allocate and are not representative.
+            for warm in (True, False):
+                while True:
+                    a = time.perf_counter()
+                    logits, _, state = model(torch.as_tensor(obs), state)
+                    b = time.perf_counter()
+                    action = sample_actions(logits, generator).numpy()
+                    c = time.perf_counter()
+                    obs, *_ = envs.step(action)
+                    d = time.perf_counter()
+                    if warm:
+                        if d - t0 > min(0.2, seconds / 4):
+                            t0 = time.perf_counter()
+                            break
+                        continue
+                    times["forward"] += b - a
+                    times["sample"] += c - b
+                    times["env"] += d - c
+                    steps += 1
+                    if d - t0 >= seconds:
+                        break
+        elapsed = time.perf_counter() - t0
+    finally:
+        envs.close()
+        torch.set_num_threads(threads)
+    return {
+        "env_steps_per_second": steps * k / elapsed,
+        "frames_per_second": steps * k * frames_per_step(cfg) / elapsed,
+        "seconds": elapsed,
+        **{f"{name}_us_per_batch": 1e6 * t / max(steps, 1) for name, t in times.items()},
+    }
+
+
+def _pushes(cfg: Config, size: int, n: int = 8) -> list[GradientPush]:
+    """Gradients of a real size and a plausible scale, as a Worker would push them."""
+    rng = np.random.default_rng(cfg.run.seed)
+    steps = cfg.algo.t_max * cfg.env.num_envs
+    stats = {"policy_loss": 0.1, "value_loss": 1.0, "entropy": 0.69}
+    return [
+        # version -1: the server's version always moved, so every reply carries the weights, as
+        # it does for every push once two or more Workers train.
+        GradientPush(rng.normal(0, 0.01, size).astype(np.float32), -1, steps, i, stats=dict(stats))
+        for i in range(n)
+    ]
+
+
+def _bench_config(cfg: Config) -> Config:
+    c = copy.deepcopy(cfg)
+    c.run.target_return, c.run.time_limit, c.run.max_steps = None, None, 2**62
+    return c
+
+
+def ps_in_process(cfg: Config, seconds: float) -> dict[str, float]:
+    """Applications per second of a plain ParameterServer: check, clip, optimizer step, weights."""
+    c = _bench_config(cfg)
+    obs_space, act_space = env_spaces(c.env)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ps = ParameterServer(c, initial_params(c, obs_space.shape, int(act_space.n)))
+        pushes = _pushes(c, ps.flat.numel())
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for p in pushes:
+                ps.push(p)
+            n += len(pushes)
+        elapsed = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+    return {"applications_per_second": n / elapsed, "us_per_application": 1e6 * elapsed / n}
+
+
+def ps_actor(cfg: Config, seconds: float, in_flight: int) -> dict[str, float]:
+    """The ParameterServer actor: round trips of one client, and its rate with pushes in flight."""
+    import ray
+
+    c = _bench_config(cfg)
+    obs_space, act_space = env_spaces(c.env)
+    meta = {"env_id": c.env.id, "obs_shape": list(obs_space.shape), "n_actions": int(act_space.n)}
+    with tempfile.TemporaryDirectory(prefix="a3c-bench-ps-") as tmp:
+        actor = (
+            ps_mod.remote_class()
+            .options(num_cpus=c.run.ps_cpus)
+            .remote(c, meta, str(Path(tmp) / "checkpoints"), "bench")
+        )
+        try:
+            size = ray.get(actor.get_weights.remote())[0].size
+            pushes = _pushes(c, size)  # sent by value, as Workers send them
+            ray.get(actor.push.remote(pushes[0]))
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds / 2:
+                ray.get(actor.push.remote(pushes[n % len(pushes)]))
+                n += 1
+            round_trips = n / (time.perf_counter() - t0)
+            pending = [actor.push.remote(pushes[i % len(pushes)]) for i in range(in_flight)]
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds / 2:
+                done, pending = ray.wait(pending, num_returns=1)
+                n += len(done)
+                pending.append(actor.push.remote(pushes[n % len(pushes)]))
+            applications = n / (time.perf_counter() - t0)
+            ray.get(pending)
+        finally:
+            ray.kill(actor, no_restart=True)
+    return {
+        "round_trips_per_second": round_trips,
+        "applications_per_second": applications,
+        "in_flight": in_flight,
+    }
+
+
+class _MeasuredRun(driver.Run):
+    """The driver's Run, keeping each progress snapshot the watch loop reads."""
+
+    def __init__(self, cfg: Config, run_dir: Path, workers: int):
+        self.samples: list[dict[str, Any]] = []
+        super().__init__(cfg, run_dir, workers)
+
+    def _refresh(self, bar: tqdm, p: dict[str, Any]) -> None:
+        self.samples.append(p)
+
+
+def train_throughput(cfg: Config, workers: int, seconds: float) -> dict[str, Any]:
+    """Train for ``WARMUP_SECONDS + seconds`` with ``workers`` Workers; rates over the last ``seconds``."""
+    c = _bench_config(cfg)
+    c.run.workers, c.run.time_limit, c.run.progress = workers, WARMUP_SECONDS + seconds, False
+    with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
+        run = _MeasuredRun(c, Path(tmp) / f"bench-{workers}w", workers)
+        try:
+            run.watch(tqdm(disable=True))
+        finally:
+            run.shutdown()
+        if run.errors:
+            raise RuntimeError("; ".join(run.errors))
+    out = window_rates(run.samples, WARMUP_SECONDS)
+    stop = next((p for p in run.samples if p["stop_reason"]), run.samples[-1])
+    out["workers"] = workers
+    out["staleness_max"] = stop["staleness_max"]
+    out["per_worker"] = [
+        worker_split(run.results[i], stop["train_seconds"]) for i in sorted(run.results)
+    ]
+    return out
+
+
+def window_rates(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:
+    """Env steps/s, updates/s and mean staleness between the first snapshot after ``warmup`` seconds
+    of training and the last one before the stop; the whole run when that window is empty."""
+    live = [p for p in samples if p["gradients_applied"] > 0 and not p["stop_reason"]]
+    inside = [p for p in live if p["train_seconds"] >= warmup]
+    a, b = (inside[0], inside[-1]) if len(inside) >= 2 else (None, (live or samples)[-1])
+    secs = b["train_seconds"] - (a["train_seconds"] if a else 0.0)
+    steps = b["env_steps"] - (a["env_steps"] if a else 0)
+    updates = b["gradients_applied"] - (a["gradients_applied"] if a else 0)
+    stale_sum = b["staleness_mean"] * b["gradients_applied"] - (
+        a["staleness_mean"] * a["gradients_applied"] if a else 0.0
+    )
+    return {
+        "seconds": secs,
+        "env_steps_per_second": steps / secs if secs > 0 else math.nan,
+        "updates_per_second": updates / secs if secs > 0 else math.nan,
+        "staleness_mean": stale_sum / updates if updates else math.nan,
+    }
+
+
+def worker_split(result: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """A Worker's rates and the fractions of its time in env, forward, backward, wait and the rest.
+
+    A Worker reports its timings; its wall time is its own ``total`` when it reports one, else the
+    run's training seconds (it starts one rollout earlier and stops one push later: close enough).
+    """
+    t = result["timings"]
+    total = float(t.get("total", 0.0)) or max(seconds, sum(t[k] for k in SPLIT_KEYS), 1e-9)
+    split = {k: t[k] / total for k in SPLIT_KEYS}
+    split["other"] = max(0.0, 1.0 - sum(split.values()))
+    return {
+        "worker": result["worker"],
+        "env_steps_per_second": result["env_steps"] / total,
+        "pushes_per_second": result["pushes"] / total,
+        "busy_seconds_per_push": (total - t["wait"]) / max(result["pushes"], 1),
+        "split": split,
+    }

@@ -1,0 +1,155 @@
+"""Learning curves of finished training runs, from their TensorBoard events, as PNG files.
+
+Two figures for a set of runs (one line per run, typically one per seed): the mean return of the
+last 100 training episodes (the quantity ``--target-return`` is checked against) against env
+steps, and against seconds of training.
+
+Seconds come from the events' wall times. The Monitor writes ``charts/episodic_return`` once per
+tick (``monitor.log_every``, 1 s) for all episodes that finished since the last tick, so each
+episode's time is interpolated from the ticks' (env steps, wall time) pairs, read from
+``ps/updates_per_second`` (written at every tick); time 0 is extrapolated at the run's mean rate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from a3c_ray import metrics as M
+from a3c_ray.config import ConfigError
+
+
+class Curve(NamedTuple):
+    label: str
+    steps: np.ndarray
+    """Env step at which each training episode finished."""
+    seconds: np.ndarray
+    """Training seconds at which each episode finished."""
+    mean_100: np.ndarray
+    """Mean return of the last (up to) 100 episodes, after each episode."""
+
+
+def moving_mean(values: np.ndarray, window: int = 100) -> np.ndarray:
+    out, recent, total = np.empty(len(values)), deque[float](), 0.0
+    for i, v in enumerate(values):
+        recent.append(float(v))
+        total += float(v)
+        if len(recent) > window:
+            total -= recent.popleft()
+        out[i] = total / len(recent)
+    return out
+
+
+def episode_seconds(
+    episode_steps: np.ndarray, tick_steps: np.ndarray, tick_walls: np.ndarray
+) -> np.ndarray:
+    """Training seconds of each episode, from the ticks' (env steps, wall time) pairs.
+
+    Ticks before the first env step (start-up) and after the last (the final evaluation) say
+    nothing about training time and are left out; time 0 is extrapolated at the run's mean rate.
+    """
+    order = np.argsort(tick_walls, kind="stable")
+    steps, walls = tick_steps[order].astype(float), tick_walls[order].astype(float)
+    keep = (steps > 0) & np.concatenate([[True], np.diff(steps) > 0])
+    steps, walls = steps[keep], walls[keep]
+    if len(steps) == 0:
+        return np.zeros(len(episode_steps))
+    rate = (steps[-1] - steps[0]) / (walls[-1] - walls[0]) if len(steps) >= 2 else 0.0
+    t0 = walls[0] - steps[0] / rate if rate > 0 else walls[0]
+    xs, ts = np.concatenate([[0.0], steps]), np.concatenate([[t0], walls])
+    return np.interp(episode_steps, xs, ts) - t0
+
+
+def load_curve(run_dir: Path) -> Curve:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = run_dir / "tb"
+    if not tb.is_dir():
+        raise ConfigError([f"{run_dir} has no tb/ directory: not an a3c-ray run directory"])
+    acc = EventAccumulator(str(tb), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    if M.EPISODIC_RETURN not in tags:
+        raise ConfigError([f"{run_dir} has no {M.EPISODIC_RETURN} events yet"])
+    episodes = acc.Scalars(M.EPISODIC_RETURN)
+    steps = np.array([e.step for e in episodes], dtype=float)
+    returns = np.array([e.value for e in episodes], dtype=float)
+    ticks = acc.Scalars(M.UPDATES_PER_SECOND) if M.UPDATES_PER_SECOND in tags else episodes
+    seconds = episode_seconds(
+        steps,
+        np.array([e.step for e in ticks], dtype=float),
+        np.array([e.wall_time for e in ticks], dtype=float),
+    )
+    return Curve(_label(run_dir), steps, seconds, moving_mean(returns))
+
+
+def _label(run_dir: Path) -> str:
+    label = run_dir.name
+    try:
+        import yaml
+
+        seed = yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["seed"]
+        label = f"seed {seed}"
+        s = json.loads((run_dir / "summary.json").read_text())
+        if s.get("steps_to_target") is not None:
+            label += f": {s['steps_to_target'] / 1e3:.0f}k steps, {s['seconds_to_target']:.1f} s"
+    except (OSError, KeyError, TypeError, ValueError):
+        pass
+    return label
+
+
+def _target(run_dir: Path) -> float | None:
+    try:
+        value: Any = json.loads((run_dir / "summary.json").read_text()).get("target_return")
+    except (OSError, ValueError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
+    """Write ``<env>_return_vs_steps.png`` and ``<env>_return_vs_seconds.png``; their paths."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError(["--plot-runs needs matplotlib: pip install matplotlib"]) from None
+    curves = [load_curve(Path(d)) for d in run_dirs]
+    env = _env_name(Path(run_dirs[0]))
+    target = _target(Path(run_dirs[0]))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for x, xlabel, name in (
+        ("steps", "env steps", "steps"),
+        ("seconds", "training seconds", "seconds"),
+    ):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+        for c in curves:
+            ax.plot(getattr(c, x), c.mean_100, label=c.label, linewidth=1.5)
+        if target is not None:
+            ax.axhline(
+                target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}"
+            )
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("mean return, last 100 training episodes")
+        ax.set_title(f"{env}: return against {xlabel}")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small")
+        fig.tight_layout()
+        path = out_dir / f"{env.lower().replace('/', '_').replace('-', '_')}_return_vs_{name}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _env_name(run_dir: Path) -> str:
+    try:
+        return str(json.loads((run_dir / "summary.json").read_text())["env_id"])
+    except (OSError, KeyError, ValueError):
+        return "run"

@@ -1,0 +1,259 @@
+"""`a3c-ray bench`: its arithmetic, its plots, and short real runs. No speed is asserted here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from a3c_ray import bench
+from a3c_ray import bench_measure as bm
+from a3c_ray.bench_plot import episode_seconds, moving_mean
+from a3c_ray.config import Config, ConfigError
+
+TINY = ["--workers", "1", "--envs-per-worker", "2", "--seconds", "1.5"]
+TINY += ["--raw-seconds", "0.5", "--ps-seconds", "0.5", "--in-flight", "4"]
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    return p.parse_args(argv)
+
+
+def sample(
+    t: float, steps: int, updates: int, stale: float, stop: str | None = None
+) -> dict[str, Any]:
+    return {
+        "train_seconds": t,
+        "env_steps": steps,
+        "gradients_applied": updates,
+        "staleness_mean": stale,
+        "staleness_max": 3,
+        "stop_reason": stop,
+    }
+
+
+# -- arithmetic ---------------------------------------------------------------------------------
+def test_window_rates_count_from_the_first_snapshot_after_warmup_to_the_last_before_stop() -> None:
+    samples = [
+        sample(0.0, 0, 0, 0.0),
+        sample(0.5, 100, 10, 0.0),
+        sample(1.2, 1000, 100, 1.0),  # window start
+        sample(2.2, 3000, 300, 1.5),
+        sample(3.2, 5000, 500, 1.4),  # window end
+        sample(3.4, 5400, 540, 1.4, stop="time_limit"),
+    ]
+    r = bm.window_rates(samples, warmup=1.0)
+    assert r["seconds"] == pytest.approx(2.0)
+    assert r["env_steps_per_second"] == pytest.approx(2000.0)
+    assert r["updates_per_second"] == pytest.approx(200.0)
+    # Staleness summed over the window's 400 updates: 500 * 1.4 - 100 * 1.0.
+    assert r["staleness_mean"] == pytest.approx((700 - 100) / 400)
+
+
+def test_window_rates_fall_back_to_the_whole_run_when_the_window_is_too_short() -> None:
+    samples = [sample(0.4, 800, 20, 0.5), sample(0.6, 1200, 30, 0.5, stop="time_limit")]
+    r = bm.window_rates(samples, warmup=1.0)
+    assert r["env_steps_per_second"] == pytest.approx(800 / 0.4)
+    assert r["updates_per_second"] == pytest.approx(20 / 0.4)
+
+
+@pytest.mark.parametrize("total", [None, 10.0])
+def test_worker_split_fractions_cover_the_workers_time(total: float | None) -> None:
+    timings = {"env": 2.0, "forward": 1.0, "backward": 2.0, "wait": 3.0}
+    if total is not None:
+        timings["total"] = total
+    w = bm.worker_split(
+        {"worker": 1, "env_steps": 4000, "pushes": 100, "timings": timings}, seconds=9.0
+    )
+    wall = total or 9.0
+    assert sum(w["split"].values()) == pytest.approx(1.0)
+    assert w["split"]["wait"] == pytest.approx(3.0 / wall)
+    assert w["split"]["other"] == pytest.approx(1.0 - 8.0 / wall)
+    assert w["env_steps_per_second"] == pytest.approx(4000 / wall)
+    assert w["busy_seconds_per_push"] == pytest.approx((wall - 3.0) / 100)
+
+
+def test_bend_model_takes_the_least_of_workers_ps_and_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench.os, "cpu_count", lambda: 2)
+    cfg = Config()
+    cfg.env.num_envs, cfg.algo.t_max = 8, 5
+    worker = {"pushes_per_second": 100.0, "busy_seconds_per_push": 0.004}
+    training = [{"workers": 1, "per_worker": [worker]}, {"workers": 2, "per_worker": [worker] * 2}]
+    m = bench.bend_model(training, ps_limit=1000.0, cfg=cfg)
+    cpu_limit = 2 / (0.004 + 0.001)  # 400 pushes/s
+    assert m["ps_bound_workers"] == pytest.approx(10.0)
+    assert m["cpu_bound_pushes_per_second"] == pytest.approx(cpu_limit)
+    pred = m["predicted_env_steps_per_second"]
+    assert pred["1"] == pytest.approx(100 * 40)  # Worker-bound
+    assert pred["8"] == pytest.approx(cpu_limit * 40)  # CPU-bound
+
+
+def test_median_run_is_one_whole_run() -> None:
+    runs = [
+        {"x": 3.0, "id": "a"},
+        {"x": 1.0, "id": "b"},
+        {"x": 2.0, "id": "c"},
+        {"x": 9.0, "id": "d"},
+    ]
+    assert bench.median_run(runs[:3], "x")["id"] == "c"
+    assert bench.median_run(runs, "x")["id"] == "c"  # the lower median of an even count
+
+
+def test_bad_input_is_reported_all_at_once() -> None:
+    args = parse(
+        ["--env", "NoSuchEnv-v0", "--seconds", "0", "--repeat", "0", "--set", "algo.nope=1"]
+    )
+    with pytest.raises(ConfigError) as e:
+        bench.bench_config(args)
+    text = str(e.value)
+    for part in ("NoSuchEnv-v0", "--seconds", "--repeat", "algo.nope"):
+        assert part in text
+
+
+def test_scaling_takes_a_list_of_worker_counts() -> None:
+    assert parse(["--scaling", "1,2,4"]).scaling == [1, 2, 4]
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--scaling", "0,2"])
+
+
+# -- measurements without Ray -------------------------------------------------------------------
+def test_raw_limit_steps_the_envs_and_reports_its_split() -> None:
+    cfg = Config()
+    cfg.env.num_envs = 2
+    r = bm.raw_limit(cfg, seconds=0.3)
+    assert r["env_steps_per_second"] > 0 and r["frames_per_second"] == r["env_steps_per_second"]
+    assert 0.3 <= r["seconds"] < 5
+    for key in ("forward_us_per_batch", "sample_us_per_batch", "env_us_per_batch"):
+        assert r[key] > 0
+
+
+def test_parameter_server_in_process_applies_gradients() -> None:
+    r = bm.ps_in_process(Config(), seconds=0.2)
+    assert r["applications_per_second"] > 0
+    assert r["us_per_application"] == pytest.approx(1e6 / r["applications_per_second"])
+
+
+# -- learning curves ----------------------------------------------------------------------------
+def test_moving_mean_is_over_the_last_100_episodes() -> None:
+    values = np.arange(1, 201, dtype=float)
+    m = moving_mean(values)
+    assert m[0] == 1.0 and m[99] == pytest.approx(50.5)
+    assert m[199] == pytest.approx(np.mean(values[100:]))
+
+
+def test_episode_seconds_interpolate_the_ticks_and_skip_startup_and_final_ticks() -> None:
+    # Ticks: one at start-up (step 0), three while training at 1,000 steps/s, one after the stop.
+    tick_steps = np.array([0, 1000, 2000, 3000, 3000])
+    tick_walls = np.array([100.0, 103.0, 104.0, 105.0, 109.0])
+    secs = episode_seconds(np.array([500.0, 1500.0, 3000.0]), tick_steps, tick_walls)
+    assert secs == pytest.approx([0.5, 1.5, 3.0])
+
+
+def write_fake_run(run_dir: Path, seed: int) -> None:
+    from tensorboardX import SummaryWriter
+
+    from a3c_ray import metrics as M
+
+    w = SummaryWriter(str(run_dir / "tb"))
+    for tick in range(1, 6):
+        step = tick * 1000
+        w.add_scalar(M.UPDATES_PER_SECOND, 25.0, step, walltime=1000.0 + tick)
+        for i in range(20):
+            w.add_scalar(M.EPISODIC_RETURN, 20.0 * tick + i, step - 50 * i, walltime=1000.0 + tick)
+    w.close()
+    (run_dir / "config.yaml").write_text(f"run:\n  seed: {seed}\n")
+    summary = {"env_id": "CartPole-v1", "target_return": 450, "steps_to_target": None}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def test_plot_runs_writes_both_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [tmp_path / f"s{i}" for i in range(3)]
+    for i, r in enumerate(runs):
+        write_fake_run(r, seed=i)
+    out = tmp_path / "docs"
+    assert bench.run(parse(["--plot-runs", *map(str, runs), "--out", str(out)])) == 0
+    printed = capsys.readouterr().out.split()
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["cartpole_v1_return_vs_seconds.png", "cartpole_v1_return_vs_steps.png"]
+    assert sorted(Path(p).name for p in printed) == names
+    for p in out.iterdir():
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_plot_runs_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not an a3c-ray run directory"):
+        bench.run(parse(["--plot-runs", str(tmp_path), "--out", str(tmp_path / "o")]))
+
+
+# -- real runs on Ray ---------------------------------------------------------------------------
+def numbers(line: str) -> list[float]:
+    return [float(x.replace(",", "")) for x in line.replace("/", " ").split() if _num(x)]
+
+
+def _num(x: str) -> bool:
+    try:
+        float(x.replace(",", ""))
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.ray
+def test_bench_prints_sane_numbers_and_keeps_the_callers_ray(
+    ray_session: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+
+    assert bench.run(parse(TINY)) == 0
+    assert ray.is_initialized()  # the bench used this Ray and did not shut it down
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    raw = next(line for line in lines if line.startswith("raw limit"))
+    assert numbers(raw.split("env steps/s")[0])[-1] > 0
+    row = lines[lines.index(next(x for x in lines if x.startswith("workers  env steps/s"))) + 1]
+    workers, steps, updates, stale_mean, stale_max, ratio = numbers(row)
+    assert workers == 1 and steps > 0 and updates > 0 and stale_mean >= 0 and stale_max >= 0
+    assert 0 < ratio < 10
+    assert math.isclose(steps / updates, 2 * Config().algo.t_max, rel_tol=0.2)
+    final = lines[-1]
+    assert final.startswith("ratio:") and numbers(final)[0] == pytest.approx(ratio, abs=0.01)
+
+
+@pytest.mark.ray
+def test_bench_json_parses_with_every_figure(
+    ray_session: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench.run(parse([*TINY, "--json"])) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert set(r) >= {"machine", "settings", "raw", "ps", "training", "ratio", "model"}
+    assert r["settings"]["steps_per_push"] == 2 * r["settings"]["t_max"]
+    assert r["raw"]["env_steps_per_second"] > 0 and len(r["raw"]["runs"]) == 1
+    ps = r["ps"]
+    assert ps["params"] == 4675  # CartPole's 64x64 MLP
+    for key in (
+        "in_process_applications_per_second",
+        "actor_round_trips_per_second",
+        "actor_applications_per_second",
+    ):
+        assert ps[key] > 0
+    (t,) = r["training"]
+    assert t["workers"] == 1 and t["env_steps_per_second"] > 0 and t["updates_per_second"] > 0
+    assert 0.5 <= t["seconds"] <= 2.0  # the window after the warm-up
+    assert t["ratio"] == pytest.approx(t["env_steps_per_second"] / r["raw"]["env_steps_per_second"])
+    assert r["ratio"] == t["ratio"] and t["staleness_mean"] >= 0 and t["staleness_max"] >= 0
+    (w,) = t["per_worker"]
+    assert set(w["split"]) == {"env", "forward", "backward", "wait", "other"}
+    assert all(v >= 0 for v in w["split"].values())
+    assert sum(w["split"].values()) == pytest.approx(1.0)
+    m = r["model"]
+    assert m["ps_bound_workers"] > 0 and m["cpu_bound_pushes_per_second"] > 0
+    assert m["predicted_env_steps_per_second"]["1"] > 0
