@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--dashboard-host",
         default="127.0.0.1",
         help="address the embedded Ray dashboard listens on (default 127.0.0.1: this machine only)",
+    )
+    t.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=8265,
+        help="port of the embedded Ray dashboard (default 8265)",
     )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -189,6 +196,11 @@ def apply_overrides(cfg: Config, args: argparse.Namespace) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if not (args.address or os.environ.get("RAY_ADDRESS")):
+        # An embedded Ray serves this process only. Ray's single-machine mode (its default on macOS
+        # and Windows) keeps every node service on the loopback address; it is read when ray is
+        # first imported, hence here, before the driver imports it.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     from a3c_ray.driver import train
 
     cfg = config_from_args(args)
@@ -198,6 +210,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         resume=args.resume is not None,
         dashboard_host=args.dashboard_host,
+        dashboard_port=args.dashboard_port,
     )
     s = result.summary
     print(

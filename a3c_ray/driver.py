@@ -59,39 +59,50 @@ def default_run_dir(env_id: str) -> Path:
     return Path("runs") / f"{env_id.replace('/', '_')}-{stamp}"
 
 
-def prepare_run_dir(cfg: Config, overwrite: bool, resume: bool) -> Path:
-    """The run directory: new and empty, the one to resume, or an old one emptied with ``overwrite``."""
+def check_run_dir(cfg: Config, overwrite: bool, resume: bool) -> Path:
+    """The run directory to use: new, the one to resume, or an old one with ``overwrite``; writes nothing."""
     run_dir = Path(cfg.run.run_dir) if cfg.run.run_dir else default_run_dir(cfg.env.id)
     if resume:
         try:
             load_latest_good(run_dir / "checkpoints")
         except CheckpointError as e:
             raise ConfigError([f"cannot resume {run_dir}: {e}"]) from None
-    elif run_dir.exists() and any(run_dir.iterdir()):
-        if not overwrite:
-            raise ConfigError(
-                [
-                    f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it "
-                    "or --overwrite to replace it"
-                ]
-            )
+    elif run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
+        raise ConfigError(
+            [
+                f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it "
+                "or --overwrite to replace it"
+            ]
+        )
+    cfg.run.run_dir = str(run_dir)
+    return run_dir
+
+
+def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+    """Create the run directory; with ``overwrite``, first remove what an earlier run left in it."""
+    if overwrite:
         for sub in ("checkpoints", "tb"):
             shutil.rmtree(run_dir / sub, ignore_errors=True)
         for name in ("summary.json", "config.yaml"):
             with contextlib.suppress(FileNotFoundError):
                 (run_dir / name).unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
-    cfg.run.run_dir = str(run_dir)
-    return run_dir
 
 
-def connect(cfg: Config, address: str | None, dashboard_host: str = "127.0.0.1") -> bool:
+def connect(
+    cfg: Config, address: str | None, dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265
+) -> bool:
     """Attach to a running cluster or start an embedded one; True when this call started Ray."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, logging_level=logging.WARNING)
+        try:
+            ray.init(address=address, logging_level=logging.WARNING)
+        except (ConnectionError, ValueError) as e:
+            raise ConfigError(
+                [f"cannot attach to the Ray cluster at {address}: {_one_line(e)}"]
+            ) from None
         return False
     if dashboard_host not in ("127.0.0.1", "localhost", "::1"):
         warnings.warn(
@@ -101,14 +112,20 @@ def connect(cfg: Config, address: str | None, dashboard_host: str = "127.0.0.1")
         )
     workers = cfg.run.workers or os.cpu_count() or 1
     cpus = math.ceil(workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus)
-    # An embedded Ray serves this process only: every node service stays on the loopback address.
-    ray.init(
-        num_cpus=cpus,
-        include_dashboard=True,
-        dashboard_host=dashboard_host,
-        logging_level=logging.WARNING,
-        _node_ip_address="127.0.0.1",
-    )
+    # The node's services bind to loopback when ray was imported in single-machine mode (the CLI
+    # sees to that); the dashboard binds to ``dashboard_host``.
+    try:
+        ray.init(
+            num_cpus=cpus,
+            include_dashboard=True,
+            dashboard_host=dashboard_host,
+            dashboard_port=dashboard_port,
+            logging_level=logging.WARNING,
+            _node_ip_address="127.0.0.1",
+        )
+    except ValueError as e:  # e.g. the dashboard port is taken: pick another with --dashboard-port
+        ray.shutdown()
+        raise ConfigError([f"cannot start Ray: {_one_line(e)}"]) from None
     return True
 
 
@@ -409,11 +426,13 @@ def train(
     overwrite: bool = False,
     resume: bool = False,
     dashboard_host: str = "127.0.0.1",
+    dashboard_port: int = 8265,
 ) -> RunResult:
     """Run one training to its end. Bad input raises ConfigError before anything is written."""
     cfg.check()
-    run_dir = prepare_run_dir(cfg, overwrite, resume)
-    started = connect(cfg, address, dashboard_host)
+    run_dir = check_run_dir(cfg, overwrite, resume)
+    started = connect(cfg, address, dashboard_host, dashboard_port)
+    prepare_run_dir(run_dir, overwrite and not resume)
     run = None
     interrupted = False
     summary: dict[str, Any] = {"env_id": cfg.env.id, "run_dir": str(run_dir)}
