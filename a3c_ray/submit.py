@@ -91,10 +91,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Submit the job, print its id, and (unless ``--no-wait``) follow it to its end."""
-    # Ray's INFO lines about packaging (one per ignore file) would bury the job's own logs.
+    import ray  # noqa: F401  (importing ray sets up its loggers, which are quietened below)
+
+    # Ray logs a line per ignore file while packaging and warns that it skips .git and .venv,
+    # which would bury the job's own logs; this command reports what matters itself.
     ray_logger = logging.getLogger("ray")
     level = ray_logger.level
-    ray_logger.setLevel(logging.WARNING)
+    ray_logger.setLevel(logging.ERROR)
     try:
         return _run(args, out or sys.stdout)
     finally:

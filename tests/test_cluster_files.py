@@ -263,3 +263,48 @@ def test_manifests_are_plain_yaml_documents() -> None:
         docs = list(yaml.safe_load_all((CLUSTER / name).read_text()))
         assert len(docs) == 1 and isinstance(docs[0], dict), name
         assert copy.deepcopy(docs[0]) == load(name)
+
+
+# -- docs/cluster.md says what the files do -----------------------------------------------------
+
+
+def doc_commands() -> list[str]:
+    """The shell commands in docs/cluster.md's code blocks, continuation lines joined."""
+    text = (ROOT / "docs" / "cluster.md").read_text()
+    blocks = text.split("```")[1::2]
+    joined = "\n".join(b.replace("\\\n", " ") for b in blocks)
+    return [" ".join(line.split("#")[0].split()) for line in joined.splitlines() if line.strip()]
+
+
+def test_cluster_doc_commands_use_real_files_flags_and_train_arguments() -> None:
+    import argparse
+    import shlex
+
+    from a3c_ray.submit import add_arguments, build_entrypoint
+
+    commands = doc_commands()
+    submits = [c for c in commands if c.startswith("a3c-ray submit")]
+    trains = [c for c in commands if "python -m a3c_ray train" in c]
+    assert submits and trains
+    for command in submits:
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        args = parser.parse_args(shlex.split(command)[2:])  # exits on an unknown flag
+        build_entrypoint(args.train_args)
+        assert args.runtime_env is None or (ROOT / args.runtime_env).is_file()
+    for command in trains:
+        build_entrypoint(shlex.split(command.split("python -m a3c_ray train", 1)[1]))
+    for command in commands:
+        for word in shlex.split(command):
+            if word.startswith(("cluster/", ".rayignore")):
+                assert (ROOT / word).exists(), word
+        if command.startswith("cluster/local.sh"):
+            assert command.split()[1] in ("up", "status", "down")
+
+
+def test_cluster_doc_lists_every_local_sh_setting() -> None:
+    import re
+
+    doc = set(re.findall(r"`(A3C_[A-Z_]+)`", (ROOT / "docs" / "cluster.md").read_text()))
+    script = set(re.findall(r"\$\{(A3C_[A-Z_]+):-", (CLUSTER / "local.sh").read_text()))
+    assert script and doc == script
