@@ -79,9 +79,18 @@ def list_checkpoints(directory: Path) -> list[Path]:
 class CheckpointManager:
     """Writes checkpoints into one directory, keeping the last ``keep`` and the best by eval return."""
 
-    def __init__(self, directory: str | Path, keep: int = 3):
+    def __init__(
+        self,
+        directory: str | Path,
+        keep: int = 3,
+        on_write: Callable[[Path], None] | None = None,
+        on_delete: Callable[[Path], None] | None = None,
+    ):
+        """``on_write`` and ``on_delete`` are told of each file written or pruned (to mirror them)."""
         self.dir = Path(directory)
         self.keep = keep
+        self.on_write = on_write or (lambda p: None)
+        self.on_delete = on_delete or (lambda p: None)
         self.best_return: float | None = None
         best = self.dir / "best"
         if best.exists():
@@ -100,12 +109,15 @@ class CheckpointManager:
         state = {**state, "format": FORMAT, "eval_return": eval_return}
         path = self.dir / f"ckpt-{int(state['env_steps'])}.pt"
         atomic_write(path, lambda f: torch.save(state, f))
+        self.on_write(path)  # the checkpoint is complete wherever it goes before a pointer names it
         write_pointer(self.dir / "latest", path.name)
+        self.on_write(self.dir / "latest")
         if eval_return is not None and (
             self.best_return is None or eval_return >= self.best_return
         ):
             self.best_return = eval_return
             write_pointer(self.dir / "best", path.name)
+            self.on_write(self.dir / "best")
         self._prune()
         return path
 
@@ -118,6 +130,7 @@ class CheckpointManager:
             if p not in keep:
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
+                self.on_delete(p)
 
 
 def resolve(path: str | Path) -> Path:

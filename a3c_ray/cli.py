@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     t.add_argument(
         "--resume",
-        type=Path,
+        type=str,
         metavar="RUN_DIR",
         help="continue a run from its newest good checkpoint, with its saved config "
         "(flags may extend --max-steps and --time-limit; the env and model cannot change)",
@@ -142,8 +142,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def resume_config(args: argparse.Namespace) -> Config:
     """The saved config of ``--resume RUN_DIR`` with the flags applied; env and model may not change."""
-    saved_file = args.resume / "config.yaml"
-    if not saved_file.exists():
+    from a3c_ray.storage import RunStorage
+
+    storage = RunStorage(args.resume)
+    try:
+        saved_file = storage.download("config.yaml") if storage.has("config.yaml") else None
+    except (OSError, ValueError, ImportError) as e:
+        raise ConfigError([f"cannot resume {args.resume}: {str(e).splitlines()[0]}"]) from None
+    if saved_file is None:
         raise ConfigError(
             [f"cannot resume {args.resume}: no config.yaml there (not an a3c-ray run directory)"]
         )

@@ -40,6 +40,7 @@ from a3c_ray.config import Config, ConfigError
 from a3c_ray.envs import env_spaces
 from a3c_ray.metrics import DriverMetrics
 from a3c_ray.remote import NAMESPACE
+from a3c_ray.storage import RunStorage
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_BACKOFF_SECONDS = 60.0
@@ -50,7 +51,7 @@ log = logging.getLogger("a3c_ray")
 class RunResult:
     exit_code: int
     summary: dict[str, Any]
-    run_dir: Path
+    run_dir: str
     errors: list[str] = field(default_factory=list)
 
 
@@ -59,34 +60,44 @@ def default_run_dir(env_id: str) -> Path:
     return Path("runs") / f"{env_id.replace('/', '_')}-{stamp}"
 
 
-def check_run_dir(cfg: Config, overwrite: bool, resume: bool) -> Path:
+def check_run_dir(cfg: Config, overwrite: bool, resume: bool) -> RunStorage:
     """The run directory to use: new, the one to resume, or an old one with ``overwrite``; writes nothing."""
-    run_dir = Path(cfg.run.run_dir) if cfg.run.run_dir else default_run_dir(cfg.env.id)
-    if resume:
-        try:
-            load_latest_good(run_dir / "checkpoints")
-        except CheckpointError as e:
-            raise ConfigError([f"cannot resume {run_dir}: {e}"]) from None
-    elif run_dir.exists() and any(run_dir.iterdir()) and not overwrite:
+    location = cfg.run.run_dir or str(default_run_dir(cfg.env.id))
+    try:
+        storage = RunStorage(location)
+        exists = storage.exists()
+        if resume:
+            load_latest_good(storage.download_checkpoints())
+    except CheckpointError as e:
+        raise ConfigError([f"cannot resume {location}: {e}"]) from None
+    except (
+        OSError,
+        ValueError,
+        ImportError,
+    ) as e:  # unreachable storage, unknown scheme, no driver
+        raise ConfigError([f"cannot use run directory {location}: {_one_line(e)}"]) from None
+    if not resume and exists and not overwrite:
         raise ConfigError(
             [
-                f"run directory {run_dir} already exists; pass --resume {run_dir} to continue it "
+                f"run directory {location} already exists; pass --resume {location} to continue it "
                 "or --overwrite to replace it"
             ]
         )
-    cfg.run.run_dir = str(run_dir)
-    return run_dir
+    cfg.run.run_dir = location
+    return storage
 
 
-def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
+def prepare_run_dir(storage: RunStorage, overwrite: bool) -> None:
     """Create the run directory; with ``overwrite``, first remove what an earlier run left in it."""
     if overwrite:
         for sub in ("checkpoints", "tb"):
-            shutil.rmtree(run_dir / sub, ignore_errors=True)
+            shutil.rmtree(storage.local / sub, ignore_errors=True)
+            storage.delete(sub)
         for name in ("summary.json", "config.yaml"):
             with contextlib.suppress(FileNotFoundError):
-                (run_dir / name).unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
+                (storage.local / name).unlink()
+            storage.delete(name)
+    storage.local.mkdir(parents=True, exist_ok=True)
 
 
 def connect(
@@ -183,11 +194,15 @@ def _one_line(e: BaseException) -> str:
 class Run:
     """The actors of one run, and the loop that watches them."""
 
-    def __init__(self, cfg: Config, run_dir: Path, workers: int):
+    def __init__(self, cfg: Config, storage: RunStorage | str | os.PathLike[str], workers: int):
         self.cfg = cfg
+        if not isinstance(storage, RunStorage):
+            storage = RunStorage(storage)
+        self.storage = storage
+        run_dir = storage.location
         self.run_dir = run_dir
         self.n_workers = workers
-        self.run_id = f"{run_dir.name}-{uuid.uuid4().hex[:6]}"
+        self.run_id = f"{run_dir.rstrip('/').rsplit('/', 1)[-1]}-{uuid.uuid4().hex[:6]}"
         obs_space, act_space = env_spaces(cfg.env)
         self.obs_shape = tuple(int(x) for x in obs_space.shape)
         self.n_actions = int(act_space.n)
@@ -207,12 +222,12 @@ class Run:
         self.ps = (
             ps_mod.remote_class()
             .options(name=f"{self.run_id}/ParameterServer", num_cpus=cfg.run.ps_cpus, **restartable)
-            .remote(cfg, meta, str(run_dir / "checkpoints"), self.run_id)
+            .remote(cfg, meta, run_dir, self.run_id)
         )
         self.monitor = (
             monitor_mod.remote_class()
             .options(name=f"{self.run_id}/Monitor", num_cpus=cfg.run.monitor_cpus, **restartable)
-            .remote(cfg, str(run_dir), self.obs_shape, self.n_actions, self.run_id)
+            .remote(cfg, run_dir, self.obs_shape, self.n_actions, self.run_id)
         )
         start = ray.get(self.ps.progress.remote())
         self.start_steps = start["env_steps"]
@@ -414,10 +429,10 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    atomic_write(
-        run_dir / "summary.json", lambda f: f.write(json.dumps(summary, indent=2).encode())
-    )
+def write_file(storage: RunStorage, name: str, text: str) -> None:
+    """Write ``name`` atomically into the run directory (staged locally, then copied to a URI)."""
+    atomic_write(storage.local / name, lambda f: f.write(text.encode()))
+    storage.upload(name)
 
 
 def train(
@@ -430,9 +445,10 @@ def train(
 ) -> RunResult:
     """Run one training to its end. Bad input raises ConfigError before anything is written."""
     cfg.check()
-    run_dir = check_run_dir(cfg, overwrite, resume)
+    storage = check_run_dir(cfg, overwrite, resume)
+    run_dir = storage.location
     started = connect(cfg, address, dashboard_host, dashboard_port)
-    prepare_run_dir(run_dir, overwrite and not resume)
+    prepare_run_dir(storage, overwrite and not resume)
     run = None
     interrupted = False
     summary: dict[str, Any] = {"env_id": cfg.env.id, "run_dir": str(run_dir)}
@@ -446,11 +462,11 @@ def train(
     )
     try:
         cfg.run.workers = cfg.run.workers or default_workers(cfg, started)
-        atomic_write(run_dir / "config.yaml", lambda f: f.write(cfg.to_yaml().encode()))
+        write_file(storage, "config.yaml", cfg.to_yaml())
         t0 = time.monotonic()
         with sigterm_as_interrupt():
             try:
-                run = Run(cfg, run_dir, cfg.run.workers)
+                run = Run(cfg, storage, cfg.run.workers)
                 run.watch(bar)
             except KeyboardInterrupt:
                 interrupted = True
@@ -460,7 +476,7 @@ def train(
             summary = run.finish(t0) if run is not None else {**summary, "errors": []}
             if interrupted:
                 summary["stopped_because"] = ps_mod.STOP_INTERRUPTED
-            write_summary(run_dir, summary)
+            write_file(storage, "summary.json", json.dumps(summary, indent=2))
     finally:
         bar.close()
         if run is not None:

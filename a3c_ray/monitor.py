@@ -23,6 +23,7 @@ from a3c_ray.config import Config
 from a3c_ray.envs import derive_seeds, make_eval_env
 from a3c_ray.evaluation import run_episodes, summarize
 from a3c_ray.models import build_model, set_flat_params
+from a3c_ray.storage import RunStorage
 
 
 class ParameterServerLike(Protocol):
@@ -40,13 +41,20 @@ class Monitor:
         ps: ParameterServerLike,
     ):
         self.cfg = cfg
-        self.run_dir = Path(run_dir)
+        self.storage = RunStorage(run_dir)
+        self.storage.download_checkpoints()  # a restarted Monitor on another node starts from them
+        self.run_dir = self.storage.local
         self.ps = ps
         self.writer = SummaryWriter(str(self.run_dir / "tb"), flush_secs=10)
         self.writer.add_text(
             "config", "```\n" + yaml.safe_dump(cfg.to_dict(), sort_keys=False) + "```"
         )
-        self.ckpts = CheckpointManager(self.run_dir / "checkpoints", cfg.monitor.keep_checkpoints)
+        self.ckpts = CheckpointManager(
+            self.run_dir / "checkpoints",
+            cfg.monitor.keep_checkpoints,
+            on_write=self._mirror,
+            on_delete=lambda p: self.storage.delete(self._rel(p)),
+        )
         self.env = make_eval_env(cfg.env)
         self.model = build_model(cfg.model, obs_shape, n_actions)
         self.n_evals = 0
@@ -58,6 +66,12 @@ class Monitor:
         self.last_eval_steps: int | None = self.ckpts.latest_steps()
         self._last_steps: int | None = None
         self._last_time = time.monotonic()
+
+    def _rel(self, path: Path) -> str:
+        return str(path.relative_to(self.run_dir))
+
+    def _mirror(self, path: Path) -> None:
+        self.storage.upload(self._rel(path))
 
     def tick(self, force_eval: bool = False) -> dict[str, Any]:
         """Chart what happened since the last tick; evaluate and checkpoint when due (or forced)."""
@@ -110,6 +124,7 @@ class Monitor:
         self.writer.add_scalar(M.EVAL_RETURN, mean, step)
         self.writer.add_scalar(M.EVAL_LENGTH, mean_len, step)
         self.writer.flush()
+        self.storage.upload_tree("tb")
         self.n_evals += 1
         self.last_eval_time = time.monotonic()
         self.last_eval_return = mean
@@ -140,6 +155,7 @@ class Monitor:
 
     def close(self) -> None:
         self.writer.close()
+        self.storage.upload_tree("tb")
         self.env.close()
 
 

@@ -325,7 +325,7 @@ class _ParameterServerShell(ParameterServer):
     restart never depends on a large constructor argument kept in the object store.
     """
 
-    def __init__(self, cfg: Config, meta: dict[str, Any], restore_dir: str, run: str):
+    def __init__(self, cfg: Config, meta: dict[str, Any], run_dir: str, run: str):
         import ray
 
         from a3c_ray.metrics import ParameterServerMetrics
@@ -333,6 +333,10 @@ class _ParameterServerShell(ParameterServer):
 
         one_torch_thread()
         init = initial_params(cfg, tuple(meta["obs_shape"]), int(meta["n_actions"]))
+        from a3c_ray.storage import RunStorage
+
+        # The run directory may be a URI: restore from this node's copy of its checkpoints.
+        restore_dir = str(RunStorage(run_dir).download_checkpoints())
         ParameterServer.__init__(self, cfg, init, meta, restore_dir)
         with warnings.catch_warnings():  # Ray's own deprecation notice from inside this property
             warnings.simplefilter("ignore", DeprecationWarning)

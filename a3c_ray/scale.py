@@ -8,7 +8,7 @@ that joined the cluster get them) or tells the newest ones to stop at their next
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             found = ", ".join(runs) if runs else "none"
             raise ConfigError([f"'{args.run}' must name exactly one live run (found: {found})"])
         ps = ray.get_actor(f"{runs[0]}/ParameterServer", namespace=NAMESPACE)
-        progress: dict[str, Any] = ray.get(ps.progress.remote())
+        progress = cast(dict[str, Any], ray.get(ps.progress.remote()))
         before = progress["desired_workers"]
         ray.get(ps.set_workers.remote(args.workers))
     finally:

@@ -1,0 +1,120 @@
+"""Where a run's files live: a local path (one machine, or a shared mount such as NFS) or a URI.
+
+A URI run directory (``s3://bucket/runs/cp``, ``gs://...``, ``file:///mnt/shared/runs/cp``, any
+filesystem fsspec knows) is reached the way Ray Train's ``storage_path`` is: every actor works in a
+local staging directory and copies whole files to the URI after writing them, and from it before
+reading them. A file appears at the URI only once complete: object stores make each upload atomic,
+and for other filesystems the copy goes to a temporary name first. So the Monitor's checkpoints
+reach every node, and a ParameterServer restarted on another node, or a resumed run, reads them back.
+
+Layout (the same locally and at the URI): ``config.yaml``, ``summary.json``, ``checkpoints/``
+(``ckpt-<steps>.pt``, ``latest``, ``best``) and ``tb/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import fsspec
+
+
+def is_uri(path: str | os.PathLike[str]) -> bool:
+    return "://" in str(path)
+
+
+def staging_root() -> Path:
+    return Path(os.environ.get("A3C_RAY_STAGING", Path(tempfile.gettempdir()) / "a3c-ray-staging"))
+
+
+class RunStorage:
+    """The run directory ``location``, and the local directory that mirrors it on this node."""
+
+    def __init__(self, location: str | os.PathLike[str]):
+        self.location = str(location)
+        self.remote = is_uri(self.location)
+        if self.remote:
+            self.fs, self.root = fsspec.core.url_to_fs(self.location)
+            digest = hashlib.sha256(self.location.encode()).hexdigest()[:16]
+            self.local = staging_root() / digest
+        else:
+            self.fs, self.root = None, self.location
+            self.local = Path(self.location)
+
+    def __repr__(self) -> str:
+        return f"RunStorage({self.location!r})"
+
+    def _remote(self, rel: str) -> str:
+        return f"{self.root.rstrip('/')}/{rel}"
+
+    # -- questions -----------------------------------------------------------------------------
+    def exists(self) -> bool:
+        """True when the run directory exists and holds anything."""
+        if not self.remote:
+            return self.local.exists() and any(self.local.iterdir())
+        assert self.fs is not None
+        return bool(self.fs.exists(self.root) and self.fs.ls(self.root))
+
+    def has(self, rel: str) -> bool:
+        if not self.remote:
+            return (self.local / rel).exists()
+        assert self.fs is not None
+        return bool(self.fs.exists(self._remote(rel)))
+
+    # -- moving files --------------------------------------------------------------------------
+    def upload(self, rel: str) -> None:
+        """Copy the local file ``rel`` to the run directory (nothing to do for a local run)."""
+        if not self.remote:
+            return
+        assert self.fs is not None
+        target = self._remote(rel)
+        self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        if getattr(self.fs, "local_file", False) or self.fs.protocol in ("file", "local"):
+            tmp = f"{target}.uploading"
+            self.fs.put_file(str(self.local / rel), tmp)
+            self.fs.mv(tmp, target)
+        else:
+            self.fs.put_file(str(self.local / rel), target)
+
+    def upload_tree(self, rel: str) -> None:
+        """Copy every file under the local directory ``rel`` (TensorBoard events)."""
+        if not self.remote:
+            return
+        base = self.local / rel
+        for p in sorted(base.rglob("*")) if base.exists() else []:
+            if p.is_file():
+                self.upload(str(p.relative_to(self.local)))
+
+    def delete(self, rel: str) -> None:
+        if self.remote:
+            assert self.fs is not None
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(self._remote(rel))
+
+    def download(self, rel: str) -> Path:
+        """The local copy of ``rel``, fetched from the run directory when it is remote."""
+        local = self.local / rel
+        if self.remote:
+            assert self.fs is not None
+            local.parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(self._remote(rel), str(local))
+        return local
+
+    def download_checkpoints(self) -> Path:
+        """The local checkpoints directory, holding every checkpoint and pointer of the run."""
+        local = self.local / "checkpoints"
+        if self.remote and self.has("checkpoints"):
+            assert self.fs is not None
+            for entry in self.fs.ls(self._remote("checkpoints"), detail=False):
+                name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+                if not name.endswith(".uploading"):
+                    self.download(f"checkpoints/{name}")
+        return local
+
+
+def describe(storage: RunStorage) -> dict[str, Any]:
+    return {"location": storage.location, "remote": storage.remote, "local": str(storage.local)}
