@@ -11,6 +11,10 @@ Three figures, in emulator frames per second (one agent step is ``FRAME_SKIP`` =
 
 ``ratio = train_fps / raw_ale_fps`` compares the whole system with one bare emulator; divided by
 the number of Workers it is the share of each Worker's core that goes to emulation.
+
+``costs`` measures, in one process and in CPU time (so that a busy machine skews it little), what
+one agent step costs a Worker and what one push costs the ParameterServer; from them follow the
+frames/s one Worker core can give and the most the one ParameterServer can take.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class AtariBench:
     train_seconds: float
     env_steps: int
     gradient_updates: int
+    costs: Costs | None = None
 
     @property
     def ratio(self) -> float:
@@ -48,11 +53,14 @@ class AtariBench:
         return self.train_fps / self.raw_ale_fps
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "ratio": self.ratio,
-            "ratio_per_worker": self.ratio / self.workers,
-        }
+        out = {**asdict(self), "ratio": self.ratio, "ratio_per_worker": self.ratio / self.workers}
+        if self.costs is not None:
+            out["costs"] = {
+                **asdict(self.costs),
+                "worker_fps": self.costs.worker_fps,
+                "ps_bound_fps": self.costs.ps_bound_fps,
+            }
+        return out
 
 
 def raw_ale_fps(env_id: str = "ALE/Pong-v5", frames: int = 20_000, seed: int = 0) -> float:
@@ -86,6 +94,63 @@ def _random_steps_per_second(env: gym.Env[Any, Any], steps: int, seed: int) -> f
     return steps / (time.perf_counter() - t0)
 
 
+@dataclass
+class Costs:
+    worker_ms_per_step: float
+    """CPU milliseconds per agent step in a Worker: env, forward, backward (per env of K)."""
+    ps_ms_per_push: float
+    """CPU milliseconds per gradient applied by the ParameterServer (plain class, no Ray)."""
+    steps_per_push: int
+    """t_max x K agent steps per gradient."""
+
+    @property
+    def worker_fps(self) -> float:
+        """Frames/s that one fully busy Worker core produces."""
+        return FRAME_SKIP * 1000.0 / self.worker_ms_per_step
+
+    @property
+    def ps_bound_fps(self) -> float:
+        """Frames/s past which the ParameterServer's core is the bottleneck."""
+        return FRAME_SKIP * self.steps_per_push * 1000.0 / self.ps_ms_per_push
+
+
+def costs(cfg: Config, seconds: float = 10.0) -> Costs:
+    """One Worker and the ParameterServer in this process, measured in CPU time for ``seconds``."""
+    import torch
+
+    from a3c_ray.envs import env_spaces
+    from a3c_ray.models import build_model, get_flat_params
+    from a3c_ray.parameter_server import ParameterServer
+    from a3c_ray.worker import Worker
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        obs, act = env_spaces(cfg.env)
+        model = build_model(cfg.model, tuple(obs.shape), int(act.n))
+        ps = ParameterServer(cfg, get_flat_params(model))
+        w = Worker(cfg, 0, tuple(obs.shape), int(act.n))
+        w.set_weights(ps.weights(), ps.version)
+        worker_cpu = ps_cpu = 0.0
+        steps = pushes = 0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end or pushes < 10:
+            t0 = time.process_time()
+            p = w.train_step()
+            t1 = time.process_time()
+            reply = ps.push(p)
+            t2 = time.process_time()
+            w.handle_reply(reply)
+            worker_cpu += time.process_time() - t2 + t1 - t0
+            ps_cpu += t2 - t1
+            steps += p.env_steps
+            pushes += 1
+        w.envs.close()
+    finally:
+        torch.set_num_threads(threads)
+    return Costs(1000.0 * worker_cpu / steps, 1000.0 * ps_cpu / pushes, steps // pushes)
+
+
 def bench_config(
     env_id: str, workers: int, seconds: float, lstm: bool, num_envs: int, run_dir: Path
 ) -> Config:
@@ -117,8 +182,10 @@ def measure(
     lstm: bool = False,
     num_envs: int = 1,
     address: str | None = None,
+    cost_seconds: float = 0.0,
 ) -> AtariBench:
-    """Raw emulator and preprocessed env speeds, then ``seconds`` of training on Ray.
+    """Raw emulator and preprocessed env speeds, then ``seconds`` of training on Ray, and with
+    ``cost_seconds`` > 0 the in-process ``costs`` of the same config.
 
     Starts an embedded Ray unless one is connected or ``address`` names a cluster; the run
     directory is temporary.
@@ -129,6 +196,7 @@ def measure(
     with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
         cfg = bench_config(env_id, workers, seconds, lstm, num_envs, Path(tmp) / "run")
         pre = env_fps(cfg.env)
+        cost = costs(cfg, cost_seconds) if cost_seconds > 0 else None
         summary = train(cfg, address=address).summary
     secs = float(summary.get("train_seconds") or 0.0)
     steps = int(summary.get("env_steps") or 0)
@@ -145,17 +213,25 @@ def measure(
         train_seconds=secs,
         env_steps=steps,
         gradient_updates=int(summary.get("gradient_updates") or 0),
+        costs=cost,
     )
 
 
 def main() -> None:
-    """``python -m a3c_ray.atari_bench [WORKERS] [SECONDS]``: one JSON line of figures."""
+    """``python -m a3c_ray.atari_bench [--workers N] [--seconds S] ...``: one JSON line of figures."""
+    import argparse
     import json
-    import sys
 
-    workers = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 60.0
-    print(json.dumps(measure(workers=workers, seconds=seconds).to_dict()))
+    p = argparse.ArgumentParser(prog="python -m a3c_ray.atari_bench", description=__doc__)
+    p.add_argument("--env", default="ALE/Pong-v5")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=60.0, help="of training on Ray")
+    p.add_argument("--envs-per-worker", type=int, default=1)
+    p.add_argument("--lstm", action="store_true", help="the CNN-LSTM on 1 frame, t_max 20")
+    p.add_argument("--cost-seconds", type=float, default=10.0, help="in-process costs; 0: skip")
+    a = p.parse_args()
+    res = measure(a.env, a.workers, a.seconds, a.lstm, a.envs_per_worker, None, a.cost_seconds)
+    print(json.dumps(res.to_dict()))
 
 
 if __name__ == "__main__":
