@@ -115,6 +115,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     except ConfigError as e:
         print(f"a3c-ray: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("\na3c-ray: interrupted while submitting; see `ray job list`", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(submission_id, file=out, flush=True)
     if args.no_wait:
         print(

@@ -329,12 +329,22 @@ def local_cluster() -> Iterator[dict[str, Any]]:
 @pytest.mark.ray
 @pytest.mark.slow
 def test_cartpole_job_on_a_local_three_node_cluster_succeeds_and_leaves_its_run_directory(
-    local_cluster: dict[str, Any], tmp_path: Path
+    local_cluster: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     dashboard = local_cluster["dashboard"]
     run_dir = tmp_path / "cp"
+
+    # A wrong token is bad input: exit 2, one line, nothing submitted.
+    with monkeypatch.context() as m:
+        m.setenv("RAY_AUTH_TOKEN", "not-the-token")
+        code = submit.run(parse("--address", dashboard, "--working-dir", str(ROOT)))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "refused the auth token" in err and len(err.splitlines()) == 1
     out = io.StringIO()
     args = parse(
         "--address", dashboard, "--working-dir", str(ROOT), "--runtime-env", str(PREINSTALLED),
