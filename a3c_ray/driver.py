@@ -55,9 +55,17 @@ class RunResult:
     errors: list[str] = field(default_factory=list)
 
 
+def in_ray_job() -> bool:
+    """True in the entrypoint of a Ray job (the job supervisor hands it its job config)."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
 def default_run_dir(env_id: str) -> Path:
+    """``runs/<env>-<time>``; in a Ray job, under ``~/a3c-ray/`` instead, because Ray deletes a
+    job's working directory when the job ends."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{env_id.replace('/', '_')}-{stamp}"
+    base = Path.home() / "a3c-ray" / "runs" if in_ray_job() else Path("runs")
+    return base / f"{env_id.replace('/', '_')}-{stamp}"
 
 
 def check_run_dir(cfg: Config, overwrite: bool, resume: bool) -> RunStorage:
