@@ -3,14 +3,14 @@
 Three figures, in emulator frames per second (one agent step is ``FRAME_SKIP`` = 4 frames):
 
 - ``raw_ale_fps``: one ``gym.make(env_id, frameskip=1)`` env stepped with random actions, no
-  preprocessing, no model, in this process: what one core of this machine can emulate.
+  preprocessing, no model, in this process, per CPU second: what one core can emulate.
 - ``env_fps``: one training env (AtariPreprocessing, frame stack, life loss, clipping) stepped with
-  random actions: the emulator plus preprocessing, still without a model.
+  random actions, per CPU second: the emulator plus preprocessing, still without a model.
 - ``train_fps``: frames per second of a real training run with ``workers`` Workers on Ray
   (``driver.train``), counted from the first gradient applied to the end of the run.
 
-``ratio = train_fps / raw_ale_fps`` compares the whole system with one bare emulator; divided by
-the number of Workers it is the share of each Worker's core that goes to emulation.
+``ratio = train_fps / raw_ale_fps`` is how many cores of bare emulation the whole system is worth;
+divided by the number of Workers, it is how much of a bare emulator each Worker's core delivers.
 
 ``costs`` measures, in one process and in CPU time (so that a busy machine skews it little), what
 one agent step costs a Worker and what one push costs the ParameterServer; from them follow the
@@ -64,7 +64,7 @@ class AtariBench:
 
 
 def raw_ale_fps(env_id: str = "ALE/Pong-v5", frames: int = 20_000, seed: int = 0) -> float:
-    """Emulator frames per second of one bare env at frameskip 1, random actions."""
+    """Emulator frames per CPU second of one bare env at frameskip 1, random actions."""
     register_extra_envs()
     env = gym.make(env_id, frameskip=1)
     try:
@@ -74,7 +74,7 @@ def raw_ale_fps(env_id: str = "ALE/Pong-v5", frames: int = 20_000, seed: int = 0
 
 
 def env_fps(cfg: EnvConfig, steps: int = 5_000, seed: int = 0) -> float:
-    """Emulator frames per second of one preprocessed training env, random actions."""
+    """Emulator frames per CPU second of one preprocessed training env, random actions."""
     env = make_env(cfg, training=True)
     try:
         return _random_steps_per_second(env, steps, seed) * FRAME_SKIP
@@ -86,12 +86,12 @@ def _random_steps_per_second(env: gym.Env[Any, Any], steps: int, seed: int) -> f
     n = int(env.action_space.n)  # type: ignore[attr-defined]
     actions = np.random.default_rng(seed).integers(0, n, steps)
     env.reset(seed=seed)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: one core's worth, however busy the machine is
     for a in actions:
         _, _, terminated, truncated, _ = env.step(int(a))
         if terminated or truncated:
             env.reset()
-    return steps / (time.perf_counter() - t0)
+    return steps / (time.process_time() - t0)
 
 
 @dataclass
@@ -230,7 +230,19 @@ def main() -> None:
     p.add_argument("--lstm", action="store_true", help="the CNN-LSTM on 1 frame, t_max 20")
     p.add_argument("--cost-seconds", type=float, default=10.0, help="in-process costs; 0: skip")
     a = p.parse_args()
-    res = measure(a.env, a.workers, a.seconds, a.lstm, a.envs_per_worker, None, a.cost_seconds)
+    import logging
+    import math
+
+    import ray
+
+    # A Ray of its own, without a dashboard: a bench must not need a free dashboard port.
+    ray.init(
+        num_cpus=math.ceil(a.workers + 1), include_dashboard=False, logging_level=logging.WARNING
+    )
+    try:
+        res = measure(a.env, a.workers, a.seconds, a.lstm, a.envs_per_worker, None, a.cost_seconds)
+    finally:
+        ray.shutdown()
     print(json.dumps(res.to_dict()))
 
 
