@@ -25,6 +25,8 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.vector import AutoresetMode
 
 from a3c_ray.config import EnvConfig
+from a3c_ray.faults import RecreateOnError
+from a3c_ray.faults import register as register_fault_envs
 
 NOOP_MAX = 30
 FRAME_SKIP = 4
@@ -68,6 +70,7 @@ def register_extra_envs() -> None:
     if _registered:
         return
     _registered = True
+    register_fault_envs()
     if MASKED_CARTPOLE_ID not in gym.registry:
         gym.register(
             MASKED_CARTPOLE_ID,
@@ -148,7 +151,7 @@ def _make_atari(cfg: EnvConfig, training: bool, render_mode: str | None) -> gym.
     kwargs: dict[str, Any] = {"frameskip": 1, "obs_type": "grayscale", "render_mode": render_mode}
     if cfg.repeat_action_probability is not None:
         kwargs["repeat_action_probability"] = cfg.repeat_action_probability
-    env: gym.Env[Any, Any] = gym.make(cfg.id, **kwargs)
+    env = _base_env(cfg.id, kwargs)
     env = gym.wrappers.AtariPreprocessing(
         env,
         noop_max=NOOP_MAX,
@@ -168,6 +171,12 @@ def _make_atari(cfg: EnvConfig, training: bool, render_mode: str | None) -> gym.
     return gym.wrappers.FrameStackObservation(env, frame_stack(cfg))
 
 
+def _base_env(env_id: str, kwargs: dict[str, Any]) -> gym.Env[Any, Any]:
+    """The registered env, recreated whenever it raises (see a3c_ray.faults), so that neither a
+    Worker nor an evaluation dies with it; an eval episode cut by a failure ends there."""
+    return RecreateOnError(lambda: gym.make(env_id, **kwargs))
+
+
 def make_env(
     cfg: EnvConfig, training: bool = True, render_mode: str | None = None
 ) -> gym.Env[Any, Any]:
@@ -180,7 +189,7 @@ def make_env(
         kwargs["max_episode_steps"] = cfg.max_episode_steps
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
-    env: gym.Env[Any, Any] = gym.make(cfg.id, **kwargs)
+    env = _base_env(cfg.id, kwargs)
     # Undiscounted returns and lengths of whole episodes, as the training charts report them.
     env = gym.wrappers.RecordEpisodeStatistics(env)
     stack = frame_stack(cfg)

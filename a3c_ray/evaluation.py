@@ -24,7 +24,9 @@ def run_episodes(
     generator = torch.Generator().manual_seed(seed)
     out = []
     obs, _ = env.reset(seed=seed)
-    for _ in range(episodes):
+    for i in range(episodes):
+        if i:  # not after the last one: a recording wrapper would start an empty extra video
+            obs, _ = env.reset()
         state = model.initial_state(1)
         total, length, done = 0.0, 0, False
         while not done:
@@ -39,7 +41,6 @@ def run_episodes(
             length += 1
             done = terminated or truncated
         out.append(Episode(total, length))
-        obs, _ = env.reset()
     return out
 
 

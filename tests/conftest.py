@@ -74,3 +74,12 @@ def wait_for(predicate: object, timeout: float = 120.0, what: str = "condition")
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for dashboards and metrics of test clusters)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

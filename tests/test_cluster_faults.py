@@ -13,7 +13,7 @@ from ray.util.state import list_actors
 
 from a3c_ray.driver import train
 
-from .conftest import named_actor, small_config, wait_for
+from .conftest import free_port, named_actor, small_config, wait_for
 
 pytestmark = pytest.mark.ray
 NODE = {"object_store_memory": 100 * 1024 * 1024}
@@ -23,7 +23,9 @@ NODE = {"object_store_memory": 100 * 1024 * 1024}
 def cluster() -> Iterator[Cluster]:
     """A head with one CPU (ParameterServer and Monitor) and two one-CPU worker nodes."""
     assert not ray.is_initialized(), "another module left Ray running"
-    c = Cluster(initialize_head=True, head_node_args={**NODE, "num_cpus": 1})
+    c = Cluster(
+        initialize_head=True, head_node_args={**NODE, "num_cpus": 1, "dashboard_port": free_port()}
+    )
     for _ in range(2):
         c.add_node(**NODE, num_cpus=1)
     c.wait_for_nodes()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -19,16 +18,10 @@ from a3c_ray import metrics as M
 from a3c_ray.cli import main
 from a3c_ray.driver import RunResult, train
 
-from .conftest import named_actor, small_config, wait_for
+from .conftest import free_port, named_actor, small_config, wait_for
 from .test_train_ray import read_tags
 
 pytestmark = pytest.mark.ray
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +29,11 @@ def ray_with_dashboard() -> Iterator[dict[str, Any]]:
     assert not ray.is_initialized()
     port = free_port()
     ctx = ray.init(
-        num_cpus=4, include_dashboard=True, _metrics_export_port=port, logging_level="WARNING"
+        num_cpus=4,
+        include_dashboard=True,
+        dashboard_port=free_port(),
+        _metrics_export_port=port,
+        logging_level="WARNING",
     )
     yield {"metrics_port": port, "dashboard_url": "http://" + ctx.dashboard_url}
     ray.shutdown()

@@ -21,7 +21,7 @@ from a3c_ray.config import Config
 from a3c_ray.driver import train
 from a3c_ray.evaluate import evaluate_checkpoint
 
-from .conftest import small_config
+from .conftest import free_port, small_config
 
 pytestmark = pytest.mark.ray
 
@@ -148,6 +148,8 @@ def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
             "10000000",
             "--run-dir",
             str(run_dir),
+            "--dashboard-port",
+            str(free_port()),
             "--no-progress",
             "--set",
             "run.ps_cpus=0.25",
