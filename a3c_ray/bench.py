@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from a3c_ray import bench_measure as bm
+from a3c_ray.bench_report import format_report
 from a3c_ray.config import Config, ConfigError
 
 
@@ -41,6 +41,10 @@ def _counts(text: str) -> list[int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", help="gymnasium environment id (default CartPole-v1)")
+    p.add_argument(
+        "--config",
+        help="a YAML config file or a shipped config name (pong, cartpole, ...) to start from",
+    )
     p.add_argument("--workers", type=int, help="Workers to train with (default: one per CPU)")
     p.add_argument(
         "--scaling",
@@ -100,7 +104,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def bench_config(args: argparse.Namespace) -> Config:
     """The config under test: the defaults with the flags and ``--set`` items applied."""
-    cfg = Config()
+    from a3c_ray.configs import resolve
+
+    cfg = Config.load(resolve(args.config)) if args.config else Config()
     problems: list[str] = []
     for item in args.set:
         key, eq, value = item.partition("=")
@@ -161,13 +167,17 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
     """Every measurement, ``args.repeat`` times, in one Ray session; medians and every run."""
     import ray
 
+    load_before = os.getloadavg()[0]
     started = connect(cfg, max(counts), args.address)
     raws: list[dict[str, float]] = []
+    ale: list[float] = []
     ps_runs: list[dict[str, Any]] = []
     trains: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
     try:
         for _ in range(args.repeat):
             raws.append(bm.raw_limit(cfg, args.raw_seconds))
+            if bm.frames_per_step(cfg) > 1:
+                ale.append(raw_ale_fps(cfg, args.raw_seconds))
             ps_runs.append(
                 {
                     "in_process": bm.ps_in_process(cfg, args.ps_seconds),
@@ -184,6 +194,10 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
     for n in counts:
         t = median_run(trains[n], "env_steps_per_second")
         t["ratio"] = t["env_steps_per_second"] / (raw["env_steps_per_second"] * n)
+        t["ratio_cpu"] = t["env_steps_per_second"] / (raw["env_steps_per_cpu_second"] * n)
+        if ale:
+            fps = t["env_steps_per_second"] * bm.frames_per_step(cfg)
+            t["ale_ratio"] = fps / (_median(ale) * n)
         t["runs"] = [r["env_steps_per_second"] for r in trains[n]]
         training.append(t)
     ps = {
@@ -201,7 +215,11 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
     }
     main = next(t for t in training if t["workers"] == cfg.run.workers)
     return {
-        "machine": machine(),
+        "machine": {
+            **machine(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg()[0],
+        },
         "settings": {
             "env": cfg.env.id,
             "envs_per_worker": cfg.env.num_envs,
@@ -213,12 +231,24 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
             "warmup_seconds": bm.WARMUP_SECONDS,
             "repeat": args.repeat,
         },
-        "raw": {**raw, "runs": [r["env_steps_per_second"] for r in raws]},
+        "raw": {
+            **raw,
+            "runs": [r["env_steps_per_second"] for r in raws],
+            **({"ale_frames_per_second": _median(ale)} if ale else {}),
+        },
         "ps": ps,
         "training": training,
         "ratio": main["ratio"],
         "model": bend_model(training, ps["actor_applications_per_second"], cfg),
     }
+
+
+def raw_ale_fps(cfg: Config, seconds: float) -> float:
+    """Frames/s of one bare emulator (``atari_bench.raw_ale_fps``), for roughly ``seconds``."""
+    from a3c_ray.atari_bench import raw_ale_fps as bare
+
+    probe = bare(cfg.env.id, frames=2_000, seed=cfg.run.seed)
+    return bare(cfg.env.id, frames=max(2_000, int(probe * seconds)), seed=cfg.run.seed)
 
 
 def _median(xs: list[float]) -> float:
@@ -282,66 +312,6 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "gymnasium": gymnasium.__version__,
     }
-
-
-def _n(x: float) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x:,.0f}"
-
-
-def format_report(r: dict[str, Any]) -> str:
-    s, m, raw, ps = r["settings"], r["machine"], r["raw"], r["ps"]
-    frames = s["frames_per_step"]
-    fps = f" ({_n(raw['frames_per_second'])} frames/s)" if frames > 1 else ""
-    lines = [
-        f"a3c-ray bench: {s['env']}, {s['envs_per_worker']} envs per Worker, t_max {s['t_max']} "
-        f"({s['steps_per_push']} env steps per push), {ps['params']:,} parameters",
-        f"machine: {m['cpus']} CPUs ({m['cpu_model']}), Ray {m['ray']}, torch {m['torch']}; "
-        f"medians of {s['repeat']} run(s)",
-        "",
-        f"raw limit, one process on one core: {_n(raw['env_steps_per_second'])} env steps/s{fps} "
-        f"(per batch of {s['envs_per_worker']}: forward {raw['forward_us_per_batch']:.0f} us, "
-        f"sampling {raw['sample_us_per_batch']:.0f} us, env {raw['env_us_per_batch']:.0f} us)",
-        f"ParameterServer: {_n(ps['in_process_applications_per_second'])} gradient applications/s "
-        f"in process; as a Ray actor {_n(ps['actor_round_trips_per_second'])} round trips/s from one "
-        f"client, {_n(ps['actor_applications_per_second'])} applications/s with {ps['in_flight']} "
-        "pushes in flight",
-        "",
-        f"training ({s['seconds']:g} s after {s['warmup_seconds']:g} s of warm-up; "
-        "ParameterServer, Monitor and N Workers as `a3c-ray train` runs them)",
-        "workers  env steps/s  updates/s  staleness mean/max  ratio to raw x workers",
-    ]
-    for t in r["training"]:
-        lines.append(
-            f"{t['workers']:>7}  {_n(t['env_steps_per_second']):>11}  {_n(t['updates_per_second']):>9}"
-            f"  {t['staleness_mean']:>12.2f}/{t['staleness_max']:<5}  {t['ratio']:>22.2f}"
-        )
-    for t in r["training"]:
-        lines += ["", f"time of each Worker, {t['workers']} Workers:"]
-        lines.append("worker  env steps/s  pushes/s    env  forward  backward   wait  other")
-        for w in t["per_worker"]:
-            sp = w["split"]
-            lines.append(
-                f"{w['worker']:>6}  {_n(w['env_steps_per_second']):>11}  {_n(w['pushes_per_second']):>8}  "
-                + "  ".join(
-                    f"{100 * sp[k]:>{max(len(k), 5) - 1}.0f}%"
-                    for k in ("env", "forward", "backward", "wait", "other")
-                )
-            )
-    md = r["model"]
-    pred = ", ".join(
-        f"{n}: {_n(v)}" for n, v in md["predicted_env_steps_per_second"].items() if int(n) <= 16
-    )
-    lines += [
-        "",
-        f"model: one Worker pushes {md['worker_pushes_per_second']:.0f}/s, busy "
-        f"{md['worker_busy_ms_per_push']:.2f} ms per push; the ParameterServer applies up to "
-        f"{_n(md['ps_applications_per_second'])}/s, so it saturates at "
-        f"{md['ps_bound_workers']:.1f} Workers; {md['cores']} CPUs carry at most "
-        f"{_n(md['cpu_bound_pushes_per_second'])} pushes/s ({md['cpu_bound_workers']:.1f} Workers)",
-        f"predicted env steps/s by Workers: {pred}",
-        f"ratio: {r['ratio']:.2f} of the raw limit x {s['workers']} Workers",
-    ]
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:

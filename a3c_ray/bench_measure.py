@@ -46,7 +46,11 @@ def model_size(cfg: Config) -> int:
 
 
 def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
-    """Env steps per second of one process (one torch thread): K envs, batched forward, sampling."""
+    """Env steps per second of one process (one torch thread): K envs, batched forward, sampling.
+
+    Per second of wall time, as training is measured, and per second of CPU time, which a busy
+    machine skews less.
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     envs = make_vector_env(cfg.env)
@@ -58,7 +62,7 @@ def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
         obs, _ = envs.reset(seed=cfg.run.seed)
         state = model.initial_state(k)
         times = {"forward": 0.0, "sample": 0.0, "env": 0.0}
-        steps, t0 = 0, time.perf_counter()
+        steps, t0, cpu0 = 0, time.perf_counter(), time.thread_time()
         with torch.no_grad():
             # A few steps first: torch's first calls allocate and are not representative.
             for warm in (True, False):
@@ -72,7 +76,7 @@ def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
                     d = time.perf_counter()
                     if warm:
                         if d - t0 > min(0.2, seconds / 4):
-                            t0 = time.perf_counter()
+                            t0, cpu0 = time.perf_counter(), time.thread_time()
                             break
                         continue
                     times["forward"] += b - a
@@ -81,13 +85,15 @@ def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
                     steps += 1
                     if d - t0 >= seconds:
                         break
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
     finally:
         envs.close()
         torch.set_num_threads(threads)
     return {
         "env_steps_per_second": steps * k / elapsed,
         "frames_per_second": steps * k * frames_per_step(cfg) / elapsed,
+        # Per second of this thread's CPU time: what a core gives when nothing else wants it.
+        "env_steps_per_cpu_second": steps * k / max(cpu, 1e-9),
         "seconds": elapsed,
         **{f"{name}_us_per_batch": 1e6 * t / max(steps, 1) for name, t in times.items()},
     }

@@ -131,7 +131,7 @@ def test_raw_limit_steps_the_envs_and_reports_its_split() -> None:
     cfg.env.num_envs = 2
     r = bm.raw_limit(cfg, seconds=0.3)
     assert r["env_steps_per_second"] > 0 and r["frames_per_second"] == r["env_steps_per_second"]
-    assert 0.3 <= r["seconds"] < 5
+    assert 0.3 <= r["seconds"] < 5 and r["env_steps_per_cpu_second"] > 0
     for key in ("forward_us_per_batch", "sample_us_per_batch", "env_us_per_batch"):
         assert r[key] > 0
 
@@ -220,9 +220,9 @@ def test_bench_prints_sane_numbers_and_keeps_the_callers_ray(
     raw = next(line for line in lines if line.startswith("raw limit"))
     assert numbers(raw.split("env steps/s")[0])[-1] > 0
     row = lines[lines.index(next(x for x in lines if x.startswith("workers  env steps/s"))) + 1]
-    workers, steps, updates, stale_mean, stale_max, ratio = numbers(row)
+    workers, steps, updates, stale_mean, stale_max, ratio, ratio_cpu = numbers(row)
     assert workers == 1 and steps > 0 and updates > 0 and stale_mean >= 0 and stale_max >= 0
-    assert 0 < ratio < 10
+    assert 0 < ratio < 10 and 0 < ratio_cpu < 10
     assert math.isclose(steps / updates, 2 * Config().algo.t_max, rel_tol=0.2)
     final = lines[-1]
     assert final.startswith("ratio:") and numbers(final)[0] == pytest.approx(ratio, abs=0.01)
@@ -237,6 +237,7 @@ def test_bench_json_parses_with_every_figure(
     assert set(r) >= {"machine", "settings", "raw", "ps", "training", "ratio", "model"}
     assert r["settings"]["steps_per_push"] == 2 * r["settings"]["t_max"]
     assert r["raw"]["env_steps_per_second"] > 0 and len(r["raw"]["runs"]) == 1
+    assert r["raw"]["env_steps_per_cpu_second"] > 0
     ps = r["ps"]
     assert ps["params"] == 4675  # CartPole's 64x64 MLP
     for key in (

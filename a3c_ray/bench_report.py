@@ -1,0 +1,77 @@
+"""The text report of ``a3c-ray bench``: the figures of ``bench.measure`` as aligned tables."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _n(x: float) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:,.0f}"
+
+
+def format_report(r: dict[str, Any]) -> str:
+    s, m, raw, ps = r["settings"], r["machine"], r["raw"], r["ps"]
+    frames = s["frames_per_step"]
+    fps = f" ({_n(raw['frames_per_second'])} frames/s)" if frames > 1 else ""
+    if "ale_frames_per_second" in raw:
+        fps += f"; bare emulator, no model: {_n(raw['ale_frames_per_second'])} frames/s"
+    lines = [
+        f"a3c-ray bench: {s['env']}, {s['envs_per_worker']} envs per Worker, t_max {s['t_max']} "
+        f"({s['steps_per_push']} env steps per push), {ps['params']:,} parameters",
+        f"machine: {m['cpus']} CPUs ({m['cpu_model']}), Ray {m['ray']}, torch {m['torch']}; "
+        f"load average {m['loadavg_before']:.1f} before, {m['loadavg_after']:.1f} after; "
+        f"medians of {s['repeat']} run(s)",
+        "",
+        f"raw limit, one process on one core: {_n(raw['env_steps_per_second'])} env steps/s{fps}, "
+        f"{_n(raw['env_steps_per_cpu_second'])} per CPU second (per batch of {s['envs_per_worker']}: forward {raw['forward_us_per_batch']:.0f} us, "
+        f"sampling {raw['sample_us_per_batch']:.0f} us, env {raw['env_us_per_batch']:.0f} us)",
+        f"ParameterServer: {_n(ps['in_process_applications_per_second'])} gradient applications/s "
+        f"in process; as a Ray actor {_n(ps['actor_round_trips_per_second'])} round trips/s from one "
+        f"client, {_n(ps['actor_applications_per_second'])} applications/s with {ps['in_flight']} "
+        "pushes in flight",
+        "",
+        f"training ({s['seconds']:g} s after {s['warmup_seconds']:g} s of warm-up; "
+        "ParameterServer, Monitor and N Workers as `a3c-ray train` runs them)",
+        "ratio: env steps/s over (raw limit x workers); ratio/cpu: over the raw limit per CPU second",
+        "workers  env steps/s  updates/s  staleness mean/max  ratio  ratio/cpu",
+    ]
+    for t in r["training"]:
+        lines.append(
+            f"{t['workers']:>7}  {_n(t['env_steps_per_second']):>11}  {_n(t['updates_per_second']):>9}"
+            f"  {t['staleness_mean']:>12.2f}/{t['staleness_max']:<5}  {t['ratio']:>5.2f}"
+            f"  {t['ratio_cpu']:>9.2f}"
+        )
+    for t in r["training"]:
+        lines += ["", f"time of each Worker, {t['workers']} Workers:"]
+        lines.append("worker  env steps/s  pushes/s    env  forward  backward   wait  other")
+        for w in t["per_worker"]:
+            sp = w["split"]
+            lines.append(
+                f"{w['worker']:>6}  {_n(w['env_steps_per_second']):>11}  {_n(w['pushes_per_second']):>8}  "
+                + "  ".join(
+                    f"{100 * sp[k]:>{max(len(k), 5) - 1}.0f}%"
+                    for k in ("env", "forward", "backward", "wait", "other")
+                )
+            )
+    md = r["model"]
+    pred = ", ".join(
+        f"{n}: {_n(v)}" for n, v in md["predicted_env_steps_per_second"].items() if int(n) <= 16
+    )
+    if "ale_frames_per_second" in raw:
+        lines += [
+            "",
+            "training frames/s over bare-emulator frames/s x workers: "
+            + ", ".join(f"{t['workers']}: {t['ale_ratio']:.2f}" for t in r["training"]),
+        ]
+    lines += [
+        "",
+        f"model: one Worker pushes {md['worker_pushes_per_second']:.0f}/s, busy "
+        f"{md['worker_busy_ms_per_push']:.2f} ms per push; the ParameterServer applies up to "
+        f"{_n(md['ps_applications_per_second'])}/s, so it saturates at "
+        f"{md['ps_bound_workers']:.1f} Workers; {md['cores']} CPUs carry at most "
+        f"{_n(md['cpu_bound_pushes_per_second'])} pushes/s ({md['cpu_bound_workers']:.1f} Workers)",
+        f"predicted env steps/s by Workers: {pred}",
+        f"ratio: {r['ratio']:.2f} of the raw limit x {s['workers']} Workers",
+    ]
+    return "\n".join(lines)
