@@ -17,6 +17,8 @@ from typing import Any, NoReturn
 
 from a3c_ray.checkpoint import CheckpointError
 from a3c_ray.config import Config, ConfigError
+from a3c_ray.configs import names as shipped_configs
+from a3c_ray.configs import resolve as resolve_config
 
 EXIT_BAD_INPUT = 2
 
@@ -71,7 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     for flag, (dest, typ, help_) in TRAIN_FLAGS.items():
         t.add_argument(flag, dest=dest, type=typ, default=None, help=help_)
     t.add_argument(
-        "--config", type=Path, help="YAML file of config sections (env, model, algo, run, monitor)"
+        "--config",
+        type=Path,
+        help="YAML file of config sections (env, model, algo, run, monitor), or the name of a "
+        "shipped one: " + ", ".join(shipped_configs()),
     )
     t.add_argument(
         "--set",
@@ -136,7 +141,7 @@ FROZEN_ON_RESUME = ("env", "model")
 def config_from_args(args: argparse.Namespace) -> Config:
     if args.resume is not None:
         return resume_config(args)
-    cfg = Config.load(args.config) if args.config else Config()
+    cfg = Config.load(resolve_config(args.config)) if args.config else Config()
     apply_overrides(cfg, args)
     return cfg
 
@@ -159,7 +164,7 @@ def resume_config(args: argparse.Namespace) -> Config:
     saved = Config.load(saved_file)
     cfg = Config.load(saved_file)
     if args.config:
-        for section, values in Config.load(args.config).to_dict().items():
+        for section, values in Config.load(resolve_config(args.config)).to_dict().items():
             for key, value in values.items():
                 if value != Config().get(f"{section}.{key}"):
                     cfg.set(f"{section}.{key}", value)

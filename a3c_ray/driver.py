@@ -216,7 +216,11 @@ class Run:
         self.n_actions = int(act_space.n)
         meta = {
             "env_id": cfg.env.id,
-            "env": {"max_episode_steps": cfg.env.max_episode_steps},
+            "env": {
+                "max_episode_steps": cfg.env.max_episode_steps,
+                "frame_stack": cfg.env.frame_stack,
+                "repeat_action_probability": cfg.env.repeat_action_probability,
+            },
             "model": dict(vars(cfg.model)),
             "obs_shape": list(self.obs_shape),
             "n_actions": self.n_actions,
