@@ -63,7 +63,8 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``command``, other module commands' arguments are left out (not imported)."""
     p = Parser(prog="a3c-ray", description="Distributed A3C on Ray.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
@@ -130,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     for name, (module, help_) in MODULE_COMMANDS.items():
         cmd = sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
-        importlib.import_module(module).add_arguments(cmd)
+        if command in (None, name):  # import only the command in use: `train` must import ray last
+            importlib.import_module(module).add_arguments(cmd)
     return p
 
 
@@ -267,7 +269,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     commands: dict[str, Any] = {"train": cmd_train, "eval": cmd_eval}
     try:
-        args = build_parser().parse_args(argv)
+        words = list(sys.argv[1:] if argv is None else argv)
+        command = next((w for w in words if not w.startswith("-")), None)
+        args = build_parser(command).parse_args(words)
         if args.command in MODULE_COMMANDS:
             return int(importlib.import_module(MODULE_COMMANDS[args.command][0]).run(args))
         return int(commands[args.command](args))
