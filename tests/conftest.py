@@ -14,6 +14,17 @@ import pytest
 from a3c_ray.config import Config
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """As in every actor: one intra-op thread, so that timings hold on a busy machine."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
     """A local Ray for the tests of one module (modules with a multi-node cluster start their own)."""

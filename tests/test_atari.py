@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +27,6 @@ from a3c_ray.worker import Worker
 PONG = "ALE/Pong-v5"
 # Space Invaders scores 5 to 30 points per alien and has 3 lives: both training-only rules show.
 INVADERS = "ALE/SpaceInvaders-v5"
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """As in every actor: one intra-op thread, so that timings hold on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def ale(env: gym.Env[Any, Any]) -> Any:

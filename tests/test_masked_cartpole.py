@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import torch
 
 from a3c_ray.config import Config
@@ -15,14 +12,6 @@ from a3c_ray.worker import Worker
 
 STEPS = 320_000
 THRESHOLD = 100.0
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def masked_cartpole_config(lstm: bool, seed: int) -> Config:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -22,15 +21,6 @@ from a3c_ray.models import (
     set_flat_params,
 )
 from a3c_ray.worker import Worker
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """As in every actor: one intra-op thread, so that timings hold on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def conv_params(c_in: int, c_out: int, k: int) -> int:
