@@ -133,3 +133,20 @@ def test_help_lists_the_train_flags() -> None:
         "--config",
     ):
         assert flag in proc.stdout
+
+
+def test_dashboard_open_to_the_network_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    from a3c_ray import driver
+    from a3c_ray.config import Config
+
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.warns(UserWarning, match="dashboard will listen on 0.0.0.0"):
+        assert driver.connect(Config(), None, dashboard_host="0.0.0.0") is True
+    assert calls[-1]["dashboard_host"] == "0.0.0.0"
+    driver.connect(Config(), None)  # the default: loopback, no warning
+    assert calls[-1]["dashboard_host"] == "127.0.0.1"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,13 +11,14 @@ from a3c_ray.config import Config
 from a3c_ray.parameter_server import GradientPush, ParameterServer
 
 N = 10
+META = {"env_id": "CartPole-v1", "model": {}, "obs_shape": [4], "n_actions": 2}
 
 
 def make_ps(**overrides: object) -> ParameterServer:
     cfg = Config()
     for k, v in overrides.items():
         cfg.set(k.replace("__", "."), v)
-    return ParameterServer(cfg, np.zeros(N, dtype=np.float32), meta={"env_id": "CartPole-v1"})
+    return ParameterServer(cfg, np.zeros(N, dtype=np.float32), meta=dict(META))
 
 
 def push(
@@ -143,3 +146,36 @@ def test_wrong_gradient_size_is_an_error() -> None:
     ps = make_ps()
     with pytest.raises(ValueError, match="size"):
         ps.push(GradientPush(grad=np.zeros(N + 1, dtype=np.float32), version=0, env_steps=1))
+
+
+def test_restore_refuses_a_checkpoint_of_another_env_or_model_shape(tmp_path: Path) -> None:
+    from a3c_ray.checkpoint import CheckpointError, CheckpointManager
+
+    other = make_ps()
+    other.meta["env_id"] = "Acrobot-v1"
+    CheckpointManager(tmp_path / "a").save(other.state_dict())
+    with pytest.raises(CheckpointError, match="env_id='Acrobot-v1', this run has 'CartPole-v1'"):
+        ParameterServer(Config(), np.zeros(N, dtype=np.float32), dict(META), str(tmp_path / "a"))
+    bigger = ParameterServer(Config(), np.zeros(N + 5, dtype=np.float32), dict(META))
+    CheckpointManager(tmp_path / "b").save(bigger.state_dict())
+    with pytest.raises(
+        CheckpointError, match=f"holds {N + 5} parameters, this run's model has {N}"
+    ):
+        ParameterServer(Config(), np.zeros(N, dtype=np.float32), dict(META), str(tmp_path / "b"))
+
+
+def test_restore_continues_from_the_newest_good_checkpoint(tmp_path: Path) -> None:
+    from a3c_ray.checkpoint import CheckpointManager
+
+    ps = make_ps()
+    mgr = CheckpointManager(tmp_path)
+    for v in range(3):
+        ps.push(push(version=v, episode_returns=[float(v)], episode_lengths=[1]))
+        mgr.save(ps.state_dict())
+    newest = sorted(tmp_path.glob("ckpt-*.pt"))[-1]
+    newest.write_bytes(b"PK\x03\x04torn")
+    restored = ParameterServer(Config(), np.zeros(N, dtype=np.float32), dict(META), str(tmp_path))
+    assert restored.version == 2 and restored.env_steps == 20 and restored.restored_from is not None
+    assert restored.lineage != ps.lineage  # gradients of the old lineage will be dropped
+    reply = restored.push(push(version=3, lineage=ps.lineage))
+    assert not reply.applied and reply.weights is not None and restored.dropped_resync == 1
