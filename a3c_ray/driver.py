@@ -411,6 +411,7 @@ class Run:
             "best_eval_return": self.monitor_report.get("best_eval_return"),
             "last_eval_return": self.monitor_report.get("last_eval_return"),
             "checkpoint": self.monitor_report.get("checkpoint"),
+            "eval_failures": self.monitor_report.get("eval_failures", 0),
             "stopped_because": p["stop_reason"],
             "worker_restarts": self.worker_restarts,
             "ps_restarts": p["ps_restarts"],

@@ -95,13 +95,21 @@ class FlakyCartPole(gym.Wrapper):
 
 
 FLAKY_ENV_ID = "a3c_ray/FlakyCartPole-v1"
+BROKEN_ENV_ID = "a3c_ray/BrokenCartPole-v1"
 
 
 def register() -> None:
+    """Register the fault-injection envs (CartPole-v1 inside already has its 500-step time limit)."""
     if FLAKY_ENV_ID not in gym.registry:
-        # CartPole-v1 inside already has its 500-step time limit.
         gym.register(
             FLAKY_ENV_ID, entry_point="a3c_ray.faults:FlakyCartPole", disable_env_checker=True
+        )
+    if BROKEN_ENV_ID not in gym.registry:  # every reset fails: a Worker that cannot start
+        gym.register(
+            BROKEN_ENV_ID,
+            entry_point="a3c_ray.faults:FlakyCartPole",
+            kwargs={"fail_prob": 0.0, "reset_fail_prob": 1.0},
+            disable_env_checker=True,
         )
 
 

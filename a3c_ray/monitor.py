@@ -62,6 +62,8 @@ class Monitor:
         self.last_eval_return: float | None = None
         self.best_eval_return: float | None = self.ckpts.best_return
         self.last_checkpoint: str | None = None
+        self.eval_failures = 0
+        self.last_eval_error: str | None = None
         # A resumed run, or a restarted Monitor, does not re-evaluate what is already checkpointed.
         self.last_eval_steps: int | None = self.ckpts.latest_steps()
         self._last_steps: int | None = None
@@ -88,6 +90,8 @@ class Monitor:
             "last_eval_return": self.last_eval_return,
             "best_eval_return": self.best_eval_return,
             "checkpoint": self.last_checkpoint,
+            "eval_failures": self.eval_failures,
+            "last_eval_error": self.last_eval_error,
         }
 
     def log_training(self, s: dict[str, Any]) -> None:
@@ -108,32 +112,42 @@ class Monitor:
         w.add_scalar(M.UPDATES_PER_SECOND, s["updates_per_second"], step)
 
     def evaluate_and_checkpoint(self) -> None:
+        """Evaluate the newest weights, then checkpoint them; a failed evaluation still checkpoints."""
         state = self.ps.state_dict()
-        set_flat_params(self.model, state["params"].numpy())
-        seed = derive_seeds(self.cfg.run.seed, 2, self.n_evals)[0]
-        episodes = run_episodes(
-            self.model,
-            self.env,
-            self.cfg.monitor.eval_episodes,
-            seed,
-            greedy=self.cfg.monitor.greedy,
-        )
-        mean, _, mean_len = summarize(episodes)
         step = int(state["env_steps"])
         self.last_eval_steps = step
+        self.last_eval_time = time.monotonic()
+        mean = self._evaluate(state, step)
+        if mean is not None and (self.best_eval_return is None or mean >= self.best_eval_return):
+            self.best_eval_return = mean
+        self.last_checkpoint = str(self.ckpts.save(state, eval_return=mean))
+        every = self.cfg.monitor.video_every
+        if mean is not None and every and self.n_evals % every == 0:
+            self.record_video(step)
+
+    def _evaluate(self, state: dict[str, Any], step: int) -> float | None:
+        set_flat_params(self.model, state["params"].numpy())
+        seed = derive_seeds(self.cfg.run.seed, 2, self.n_evals)[0]
+        try:
+            episodes = run_episodes(
+                self.model,
+                self.env,
+                self.cfg.monitor.eval_episodes,
+                seed,
+                greedy=self.cfg.monitor.greedy,
+            )
+        except Exception as e:  # an env that cannot even be reset: count it, keep the checkpoint
+            self.eval_failures += 1
+            self.last_eval_error = f"{type(e).__name__}: {e}"
+            return None
+        mean, _, mean_len = summarize(episodes)
         self.writer.add_scalar(M.EVAL_RETURN, mean, step)
         self.writer.add_scalar(M.EVAL_LENGTH, mean_len, step)
         self.writer.flush()
         self.storage.upload_tree("tb")
         self.n_evals += 1
-        self.last_eval_time = time.monotonic()
         self.last_eval_return = mean
-        if self.best_eval_return is None or mean >= self.best_eval_return:
-            self.best_eval_return = mean
-        self.last_checkpoint = str(self.ckpts.save(state, eval_return=mean))
-        every = self.cfg.monitor.video_every
-        if every and self.n_evals % every == 0:
-            self.record_video(step)
+        return mean
 
     def record_video(self, step: int, max_frames: int = 300) -> None:
         """One greedy-or-sampled episode as a TensorBoard video (tensorboardX encodes it with moviepy)."""

@@ -140,4 +140,6 @@ def test_worker_that_fails_over_and_over_stops_the_run_with_a_clear_error(
     assert len(result.errors) == 1
     assert "worker 0 failed 3 times" in result.errors[0] and "reset" in result.errors[0]
     assert s["worker_restarts"] == 2
+    # The Monitor's env is broken too: its evaluation fails, is counted, and the checkpoint is kept.
+    assert s["eval_failures"] >= 1 and s["checkpoint"] and Path(s["checkpoint"]).exists()
     assert (tmp_path / "broken" / "summary.json").exists()
