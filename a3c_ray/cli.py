@@ -60,6 +60,7 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("a3c_ray.status", "show the live runs on a Ray cluster"),
     "scale": ("a3c_ray.scale", "change the number of Workers of a live run"),
     "submit": ("a3c_ray.submit", "run a3c-ray train as a Ray job on a cluster"),
+    "bench": ("a3c_ray.bench", "measure throughput against this machine's own limit"),
 }
 
 
