@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -148,9 +147,9 @@ class Config:
         cfg = cls()
         problems: list[str] = []
         for section, values in (data or {}).items():
-            if section not in _SECTIONS:
+            if section not in SECTIONS:
                 problems.append(
-                    f"unknown config section '{section}' (known: {', '.join(_SECTIONS)})"
+                    f"unknown config section '{section}' (known: {', '.join(SECTIONS)})"
                 )
                 continue
             if not isinstance(values, dict):
@@ -191,7 +190,7 @@ class Config:
     def set(self, dotted: str, value: Any) -> None:
         """Set ``section.field``; a string value is parsed as YAML (``--set algo.lr=3e-4``)."""
         section, _, name = dotted.partition(".")
-        obj = getattr(self, section, None) if section in _SECTIONS else None
+        obj = getattr(self, section, None) if section in SECTIONS else None
         if obj is None or not name:
             raise ConfigError([f"unknown config field '{dotted}'"])
         hints = _field_types(type(obj))
@@ -203,7 +202,7 @@ class Config:
             value = None if _admits_none(hints[name]) else value
         ok, coerced = _coerce(value, hints[name])
         if not ok:
-            raise ConfigError([f"{dotted}: expected {_type_name(hints[name])}, got {value!r}"])
+            raise ConfigError([f"{dotted}: expected {type_name(hints[name])}, got {value!r}"])
         setattr(obj, name, coerced)
 
     def get(self, dotted: str) -> Any:
@@ -317,7 +316,7 @@ class Config:
 
 MODEL_KINDS = ("auto", "mlp", "cnn", "nature_cnn")
 OPTIMIZERS = ("rmsprop", "adam")
-_SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
+SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
 
 
 def _field_types(cls: type) -> dict[str, Any]:
@@ -351,10 +350,10 @@ def _parse_scalar(text: str) -> Any:
         return text
 
 
-def _type_name(tp: Any) -> str:
+def type_name(tp: Any) -> str:
     args = typing.get_args(tp)
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else _type_name(a) for a in args)
+        return " or ".join("null" if a is type(None) else type_name(a) for a in args)
     if typing.get_origin(tp) is list:
         return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(
             args[0], str(args[0])
@@ -398,52 +397,3 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
     if tp is str:
         return isinstance(value, str), value
     return False, value
-
-
-def field_docs() -> list[tuple[str, str, Any, str]]:
-    """(dotted name, type, default, docstring) of every field, read from this module's source."""
-    import ast
-    import inspect
-
-    tree = ast.parse(inspect.getsource(sys.modules[__name__]))
-    docs: dict[tuple[str, str], str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            for stmt, nxt in zip(node.body, node.body[1:], strict=False):
-                if (
-                    isinstance(stmt, ast.AnnAssign)
-                    and isinstance(stmt.target, ast.Name)
-                    and isinstance(nxt, ast.Expr)
-                    and isinstance(nxt.value, ast.Constant)
-                ):
-                    docs[(node.name, stmt.target.id)] = " ".join(str(nxt.value.value).split())
-    rows = []
-    defaults = Config()
-    for section in _SECTIONS:
-        obj = getattr(defaults, section)
-        for f in dataclasses.fields(obj):
-            rows.append(
-                (
-                    f"{section}.{f.name}",
-                    _type_name(_field_types(type(obj))[f.name]),
-                    getattr(obj, f.name),
-                    docs.get((type(obj).__name__, f.name), ""),
-                )
-            )
-    return rows
-
-
-def markdown_table() -> str:
-    """The settings reference of docs/configuration.md."""
-    lines = ["| field | type | default | meaning |", "|---|---|---|---|"]
-    for name, tp, default, doc in field_docs():
-        shown = (
-            "null"
-            if default is None
-            else yaml.safe_dump(default, default_flow_style=True)
-            .strip()
-            .removesuffix("...")
-            .strip()
-        )
-        lines.append(f"| `{name}` | {tp} | `{shown}` | {doc} |")
-    return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from a3c_ray.cli import TRAIN_FLAGS
-from a3c_ray.config import field_docs, markdown_table
+from a3c_ray.config_docs import field_docs, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
