@@ -55,7 +55,7 @@ class ModelConfig:
 
 @dataclass
 class AlgoConfig:
-    t_max: int = 5
+    t_max: int = 3
     """Rollout length n: steps per environment between two gradient pushes."""
     gamma: float = 0.99
     """Discount factor."""
@@ -71,7 +71,7 @@ class AlgoConfig:
     """Standardise advantages within each rollout before the policy loss."""
     optimizer: str = "adam"
     """``rmsprop`` (statistics shared by all Workers, the paper's best variant) or ``adam``."""
-    lr: float = 3e-3
+    lr: float = 5e-3
     """Learning rate at the start of training."""
     lr_anneal: bool = False
     """Anneal the learning rate linearly to 0 over ``run.max_steps`` env steps."""
