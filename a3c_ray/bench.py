@@ -89,6 +89,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="set any config field, as for train (repeatable)",
     )
     p.add_argument("--address", help="Ray cluster to attach to (default: an embedded Ray)")
+    p.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=8265,
+        help="port of the embedded Ray's dashboard (default 8265)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument(
         "--plot-runs",
@@ -137,7 +143,7 @@ def bench_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def connect(cfg: Config, max_workers: int, address: str | None) -> bool:
+def connect(cfg: Config, max_workers: int, address: str | None, dashboard_port: int) -> bool:
     """Start an embedded Ray as ``a3c-ray train`` would, or use the one this process already has.
 
     True when this call started Ray (and so must shut it down).
@@ -148,7 +154,7 @@ def connect(cfg: Config, max_workers: int, address: str | None) -> bool:
 
     c = Config.from_dict(cfg.to_dict())
     c.run.workers = max_workers
-    started = driver.connect(c, address)
+    started = driver.connect(c, address, dashboard_port=dashboard_port)
     need = max_workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus
     have = ray.cluster_resources().get("CPU", 0.0)
     if have + 1e-9 < need:
@@ -168,7 +174,7 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
     import ray
 
     load_before = os.getloadavg()[0]
-    started = connect(cfg, max(counts), args.address)
+    started = connect(cfg, max(counts), args.address, args.dashboard_port)
     raws: list[dict[str, float]] = []
     ale: list[float] = []
     ps_runs: list[dict[str, Any]] = []
