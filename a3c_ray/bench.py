@@ -150,11 +150,11 @@ def connect(cfg: Config, max_workers: int, address: str | None, dashboard_port: 
     """
     import ray
 
-    from a3c_ray import driver
+    from a3c_ray.placement import connect as connect_ray
 
     c = Config.from_dict(cfg.to_dict())
     c.run.workers = max_workers
-    started = driver.connect(c, address, dashboard_port=dashboard_port)
+    started = connect_ray(c, address, dashboard_port=dashboard_port)
     need = max_workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus
     have = ray.cluster_resources().get("CPU", 0.0)
     if have + 1e-9 < need:
