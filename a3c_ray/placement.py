@@ -105,6 +105,7 @@ def connect(
     # sees to that); the dashboard binds to ``dashboard_host``.
     try:
         ray.init(
+            address="local",  # a new instance, even when a `ray start` cluster runs on this machine
             num_cpus=cpus,
             include_dashboard=True,
             dashboard_host=dashboard_host,
