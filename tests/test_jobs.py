@@ -384,7 +384,11 @@ def test_cartpole_job_on_a_local_three_node_cluster_succeeds_and_leaves_its_run_
         assert time.monotonic() < deadline, client.get_job_logs(job_id)
         time.sleep(0.5)
     assert client.get_job_status(job_id) == JobStatus.SUCCEEDED, client.get_job_logs(job_id)
-    source = Path(client.get_job_logs(job_id).strip().splitlines()[-1])
+    # The job prints the module's path; Ray may add log lines of its own around it.
+    logs = client.get_job_logs(job_id)
+    source = next(
+        Path(x.strip()) for x in reversed(logs.splitlines()) if x.strip().endswith("__init__.py")
+    )
     package = source.parents[1]
     assert package.parent.name == "working_dir_files" and str(local_cluster["dir"]) in str(source)
     uploaded = {p.name for p in package.iterdir()}
