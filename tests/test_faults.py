@@ -70,7 +70,10 @@ def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(
         seen["steps_before"] = before["env_steps"]
         seen["ckpt_steps"] = int(load_checkpoint(run_dir / "checkpoints" / "latest")["env_steps"])
         ray.kill(named_actor("ParameterServer", run_dir), no_restart=False)
-        after = progress(run_dir)  # retried until the restarted server answers
+        # ray.kill is asynchronous: a call right after it may still reach the old instance, so
+        # wait until the restarted server answers.
+        wait_for(lambda: progress(run_dir)["ps_restarts"] >= 1, what="the restarted server")
+        after = progress(run_dir)
         seen["steps_after"] = after["env_steps"]
         seen["restarts"] = after["ps_restarts"]
 
