@@ -81,6 +81,8 @@ class AlgoConfig:
     """Epsilon of the optimizer's denominator (the paper's shared RMSProp uses 0.1)."""
     max_staleness: int | None = None
     """Drop gradients computed from weights older than this many versions; null keeps all."""
+    overlap_push: bool = True
+    """Start the next rollout while a pushed gradient travels, and take the reply's weights one rollout later: the round trip hides behind the rollout, at one more version of staleness per Worker."""
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ import torch
 from a3c_ray.config import Config
 from a3c_ray.envs import env_spaces
 from a3c_ray.models import build_model, get_flat_params, num_params
-from a3c_ray.parameter_server import ParameterServer
+from a3c_ray.parameter_server import GradientPush, ParameterServer, PushReply
 from a3c_ray.worker import Worker
 
 
@@ -122,3 +124,24 @@ def test_single_worker_learns_cartpole_in_process() -> None:
     assert ps.mean_return_100() >= 150, (
         f"mean return of the last 100 episodes {ps.mean_return_100():.1f}"
     )
+
+
+def test_overlapped_worker_takes_each_reply_one_rollout_later() -> None:
+    """With the push overlapped, each gradient after the first comes from weights one version
+    behind the server's (staleness 1 for a lone Worker); the run stops at the same pushes."""
+    w = make_worker()
+    ps = ParameterServer(w.cfg, get_flat_params(w.model))
+    w.cfg.run.max_steps = 18 * 5
+    staleness: list[int] = []
+
+    def send(p: GradientPush) -> Callable[[], PushReply]:
+        staleness.append(ps.version - p.version)
+        reply = ps.push(p)
+        return lambda: reply
+
+    result = w.run_overlapped(send)
+    assert result["pushes"] == 5 and ps.env_steps == 90 and ps.version == 5
+    assert staleness == [0, 1, 1, 1, 1]
+    assert w.version == 5  # the last reply's weights were taken before stopping
+    t = result["timings"]
+    assert t["total"] >= sum(t[k] for k in ("env", "forward", "backward", "wait"))
