@@ -290,7 +290,8 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
 
 
 @pytest.mark.parametrize(
-    "name", ["cartpole", "pong", "pong_lstm", "breakout", "masked_cartpole_lstm"]
+    "name",
+    ["cartpole", "cartpole_throughput", "pong", "pong_lstm", "breakout", "masked_cartpole_lstm"],
 )
 def test_shipped_configs_load_validate_and_carry_the_papers_optimizer(name: str) -> None:
     from a3c_ray import configs
