@@ -131,6 +131,24 @@ def test_short_run_stops_at_max_steps_and_writes_everything(
     assert len(list(videos.glob("*.mp4"))) == 2
 
 
+@pytest.mark.parametrize(("overlap", "staleness"), [(False, 0), (True, 1)])
+def test_a_lone_worker_is_exactly_one_version_staler_with_the_push_overlapped(
+    ray_session: None, tmp_path: Path, overlap: bool, staleness: int
+) -> None:
+    """On Ray, a lone Worker waiting for each reply computes every gradient from the newest
+    weights; overlapping the push makes every gradient after the first one version old."""
+    cfg = small_config(
+        tmp_path / f"overlap-{overlap}",
+        run__workers=1,
+        run__max_steps=3_000,
+        algo__overlap_push=overlap,
+    )
+    s = train(cfg).summary
+    assert s["stopped_because"] == "max_steps" and s["version"] > 100, s
+    assert s["staleness_max"] == staleness, s
+    assert s["staleness_mean"] == pytest.approx(staleness * (1 - 1 / s["version"])), s
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
     tmp_path: Path, sig: signal.Signals
