@@ -176,12 +176,17 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
     load_before = os.getloadavg()[0]
     started = connect(cfg, max(counts), args.address, args.dashboard_port)
     raws: list[dict[str, float]] = []
+    # One raw loop per Worker at once, up to one per CPU: what the cores give together.
+    processes = min(max(counts), os.cpu_count() or 1)
+    parallel: list[dict[str, Any]] = []
     ale: list[float] = []
     ps_runs: list[dict[str, Any]] = []
     trains: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
     try:
         for _ in range(args.repeat):
             raws.append(bm.raw_limit(cfg, args.raw_seconds))
+            if processes > 1:
+                parallel.append(bm.raw_limit_parallel(cfg, args.raw_seconds, processes))
             if bm.frames_per_step(cfg) > 1:
                 ale.append(raw_ale_fps(cfg, args.raw_seconds))
             ps_runs.append(
@@ -241,6 +246,7 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
             **raw,
             "runs": [r["env_steps_per_second"] for r in raws],
             **({"ale_frames_per_second": _median(ale)} if ale else {}),
+            **({"parallel": median_run(parallel, "env_steps_per_second")} if parallel else {}),
         },
         "ps": ps,
         "training": training,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import multiprocessing as mp
 import tempfile
 import time
 from pathlib import Path
@@ -96,6 +97,44 @@ def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
         "env_steps_per_cpu_second": steps * k / max(cpu, 1e-9),
         "seconds": elapsed,
         **{f"{name}_us_per_batch": 1e6 * t / max(steps, 1) for name, t in times.items()},
+    }
+
+
+def _raw_limit_in_child(cfg: dict[str, Any], seconds: float, start: Any, out: Any) -> None:
+    c = Config.from_dict(cfg)
+    start.wait()
+    out.put(raw_limit(c, seconds))
+
+
+def raw_limit_parallel(cfg: Config, seconds: float, processes: int) -> dict[str, Any]:
+    """``processes`` raw-limit loops at once, one process each, started together.
+
+    What N cores give N Workers when nothing else runs: the sum is the machine's limit for N
+    Workers, and each process's rate against one loop alone shows whether the cores slow one
+    another down (shared physical cores, memory bandwidth, a throttled VM).
+    """
+    ctx = mp.get_context("spawn")
+    start, out = ctx.Barrier(processes), ctx.Queue()
+    children = [
+        ctx.Process(
+            target=_raw_limit_in_child, args=(cfg.to_dict(), seconds, start, out), daemon=True
+        )
+        for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        # Each child first imports torch and gymnasium: allow for that beyond the window.
+        rates = [out.get(timeout=4 * seconds + 120)["env_steps_per_second"] for _ in children]
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.terminate()
+    return {
+        "processes": processes,
+        "env_steps_per_second": sum(rates),
+        "per_process": rates,
     }
 
 

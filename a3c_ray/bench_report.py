@@ -10,6 +10,17 @@ def _n(x: float) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:,.0f}"
 
 
+def _parallel_line(raw: dict[str, Any]) -> list[str]:
+    if "parallel" not in raw:
+        return []
+    par = raw["parallel"]
+    each = par["env_steps_per_second"] / par["processes"] / raw["env_steps_per_second"]
+    return [
+        f"raw limit, {par['processes']} processes at once: {_n(par['env_steps_per_second'])} "
+        f"env steps/s in all, each {each:.2f} x one process alone"
+    ]
+
+
 def format_report(r: dict[str, Any]) -> str:
     s, m, raw, ps = r["settings"], r["machine"], r["raw"], r["ps"]
     frames = s["frames_per_step"]
@@ -26,6 +37,7 @@ def format_report(r: dict[str, Any]) -> str:
         f"raw limit, one process on one core: {_n(raw['env_steps_per_second'])} env steps/s{fps}, "
         f"{_n(raw['env_steps_per_cpu_second'])} per CPU second (per batch of {s['envs_per_worker']}: forward {raw['forward_us_per_batch']:.0f} us, "
         f"sampling {raw['sample_us_per_batch']:.0f} us, env {raw['env_us_per_batch']:.0f} us)",
+        *_parallel_line(raw),
         f"ParameterServer: {_n(ps['in_process_applications_per_second'])} gradient applications/s "
         f"in process; as a Ray actor {_n(ps['actor_round_trips_per_second'])} round trips/s from one "
         f"client, {_n(ps['actor_applications_per_second'])} applications/s with {ps['in_flight']} "

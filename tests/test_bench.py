@@ -258,3 +258,28 @@ def test_bench_json_parses_with_every_figure(
     m = r["model"]
     assert m["ps_bound_workers"] > 0 and m["cpu_bound_pushes_per_second"] > 0
     assert m["predicted_env_steps_per_second"]["1"] > 0
+
+
+def test_raw_limit_in_parallel_runs_one_loop_per_process_at_once() -> None:
+    cfg = Config()
+    cfg.env.num_envs = 2
+    r = bm.raw_limit_parallel(cfg, seconds=0.3, processes=2)
+    assert r["processes"] == 2 and len(r["per_process"]) == 2
+    assert all(x > 0 for x in r["per_process"])
+    assert r["env_steps_per_second"] == pytest.approx(sum(r["per_process"]))
+
+
+def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:
+    from a3c_ray.bench_report import _parallel_line
+
+    assert _parallel_line({"env_steps_per_second": 100.0}) == []
+    (line,) = _parallel_line(
+        {
+            "env_steps_per_second": 100.0,
+            "parallel": {"processes": 2, "env_steps_per_second": 150.0, "per_process": [75, 75]},
+        }
+    )
+    assert (
+        line
+        == "raw limit, 2 processes at once: 150 env steps/s in all, each 0.75 x one process alone"
+    )
