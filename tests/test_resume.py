@@ -115,7 +115,7 @@ def test_resumed_run_still_solves_cartpole_within_the_uninterrupted_budget(
     ray_session: None, tmp_path: Path
 ) -> None:
     """Stopping at 40k steps and resuming loses nothing that matters: the run still reaches a mean of
-    450 within the 300k steps that the uninterrupted learning test is given (weights, optimizer
+    450 within the 500k steps that the uninterrupted learning test is given (weights, optimizer
     statistics, counters and the last-100 returns all come back)."""
     run_dir = tmp_path / "cp"
     cfg = Config()
@@ -129,7 +129,7 @@ def test_resumed_run_still_solves_cartpole_within_the_uninterrupted_budget(
             "--resume",
             str(run_dir),
             "--max-steps",
-            "300000",
+            "500000",
             "--target-return",
             "450",
             "--no-progress",
@@ -137,4 +137,4 @@ def test_resumed_run_still_solves_cartpole_within_the_uninterrupted_budget(
     )
     s = summary(run_dir)
     assert code == 0 and s["stopped_because"] == "target", s
-    assert s["steps_to_target"] <= 300_000 and s["resumed_from"] is not None
+    assert s["steps_to_target"] <= 500_000 and s["resumed_from"] is not None
