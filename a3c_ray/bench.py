@@ -106,6 +106,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", type=Path, default=Path("docs"), help="where --plot-runs writes its PNGs"
     )
+    s = p.add_argument_group(
+        "stability (--seeds): train N seeds in turn, no target, and report whether each one "
+        "reached the target and kept it"
+    )
+    s.add_argument(
+        "--seeds", type=int, metavar="N", help="instead of throughput, train N seeds in turn"
+    )
+    s.add_argument("--first-seed", type=int, default=0, help="the first of the N seeds (default 0)")
+    s.add_argument(
+        "--steps", type=float, metavar="S", help="env steps per seed (default: run.max_steps)"
+    )
+    s.add_argument(
+        "--time-limit", type=float, metavar="SECONDS", help="training seconds per seed, if sooner"
+    )
+    s.add_argument(
+        "--target-return",
+        type=float,
+        help="the mean return of the last 100 episodes that counts as learned (default: the "
+        "config's run.target_return, else the env's reward threshold, 475 for CartPole-v1)",
+    )
+    s.add_argument(
+        "--floor",
+        type=float,
+        help="a seed holds when its mean never falls below this after first reaching the target "
+        "(default: two thirds of the target)",
+    )
+    s.add_argument(
+        "--runs-dir", type=Path, help="keep each seed's run directory here (default: discarded)"
+    )
 
 
 def bench_config(args: argparse.Namespace) -> Config:
@@ -134,6 +163,21 @@ def bench_config(args: argparse.Namespace) -> Config:
     for name in ("seconds", "raw_seconds", "ps_seconds"):
         if not getattr(args, name) > 0:
             problems.append(f"--{name.replace('_', '-')}: must be > 0 seconds")
+    if args.steps is not None:
+        cfg.set("run.max_steps", args.steps)
+    if args.time_limit is not None:
+        cfg.set("run.time_limit", args.time_limit)
+    if args.seeds is not None:
+        if args.seeds < 1:
+            problems.append(f"--seeds: must be >= 1, got {args.seeds}")
+        if args.first_seed < 0:
+            problems.append(f"--first-seed: must be >= 0, got {args.first_seed}")
+        if stability_target(cfg, args) is None:
+            problems.append(
+                f"--seeds needs --target-return: neither the config nor {cfg.env.id} sets one"
+            )
+        if args.runs_dir is not None and args.runs_dir.exists() and any(args.runs_dir.iterdir()):
+            problems.append(f"--runs-dir: {args.runs_dir} is not empty; choose a new directory")
     for name in ("repeat", "in_flight"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')}: must be >= 1")
@@ -326,6 +370,43 @@ def machine() -> dict[str, Any]:
     }
 
 
+def stability_target(cfg: Config, args: argparse.Namespace) -> float | None:
+    """--target-return, else the config's run.target_return, else the env's reward threshold."""
+    if args.target_return is not None:
+        return float(args.target_return)
+    if cfg.run.target_return is not None:
+        return cfg.run.target_return
+    import gymnasium
+
+    try:
+        threshold = gymnasium.spec(cfg.env.id).reward_threshold
+    except gymnasium.error.Error:
+        return None
+    return None if threshold is None else float(threshold)
+
+
+def run_stability(cfg: Config, args: argparse.Namespace) -> int:
+    """``--seeds N``: train N seeds in turn and report how each learned and held (bench_stability)."""
+    import sys
+
+    from a3c_ray import bench_stability as bs
+
+    target = stability_target(cfg, args)
+    assert target is not None  # bench_config checked
+    floor = args.floor if args.floor is not None else 2.0 * target / 3.0
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+
+    def echo(r: bs.SeedResult) -> None:
+        if not args.json:
+            print(bs.format_row(r), file=sys.stderr, flush=True)
+
+    report = bs.measure(
+        cfg, seeds, target, floor, args.runs_dir, args.address, args.dashboard_port, echo
+    )
+    print(json.dumps(report) if args.json else bs.format_report(report))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.plot_runs:
         from a3c_ray.bench_plot import plot_runs
@@ -334,6 +415,8 @@ def run(args: argparse.Namespace) -> int:
             print(path)
         return 0
     cfg = bench_config(args)
+    if args.seeds is not None:
+        return run_stability(cfg, args)
     counts = sorted({*(args.scaling or []), cfg.run.workers})
     report = measure(cfg, counts, args)
     print(json.dumps(report) if args.json else format_report(report))

@@ -18,6 +18,7 @@ ENTROPY = "losses/entropy"
 GRAD_NORM = "losses/grad_norm"
 STALENESS = "ps/staleness"
 UPDATES_PER_SECOND = "ps/updates_per_second"
+UPDATE_NORM = "ps/update_norm"
 
 TENSORBOARD_TAGS = (
     EPISODIC_RETURN,
@@ -31,6 +32,7 @@ TENSORBOARD_TAGS = (
     GRAD_NORM,
     STALENESS,
     UPDATES_PER_SECOND,
+    UPDATE_NORM,
 )
 
 # Worker statistics (keys of GradientPush.stats) and the tags they are charted under.

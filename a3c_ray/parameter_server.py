@@ -99,6 +99,8 @@ class ParameterServer:
         # Each pushed gradient is copied into this one buffer (arrays from Ray are read-only).
         self._grad = torch.zeros_like(self.flat, requires_grad=False)
         self._grad_np = self._grad.numpy()
+        # The weights before each step, so that the step's own size can be charted.
+        self._before = torch.zeros_like(self._grad)
         self.version = 0
         self.env_steps = 0
         self.gradients_applied = 0
@@ -174,12 +176,16 @@ class ParameterServer:
             for g in self.optimizer.param_groups:
                 g["lr"] = self.cfg.algo.lr * frac
         self.flat.grad = grad
+        flat = self.flat.detach()
+        self._before.copy_(flat)
         self.optimizer.step()
+        # The effective step: the optimizer's update, however it scaled the gradient.
+        update_norm = float(torch.linalg.vector_norm(self._before.sub_(flat)))
         self.version += 1
         self.gradients_applied += 1
         self.staleness_sum += staleness
         self.staleness_max = max(self.staleness_max, staleness)
-        self._pending.add_update(staleness, norm)
+        self._pending.add_update(staleness, norm, update_norm)
 
     def _record_episodes(self, p: GradientPush) -> None:
         for r, length in zip(p.episode_returns, p.episode_lengths, strict=True):

@@ -283,3 +283,131 @@ def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:
         line
         == "raw limit, 2 processes at once: 150 env steps/s in all, each 0.75 x one process alone"
     )
+
+
+# -- stability (--seeds) ------------------------------------------------------------------------
+def test_seed_result_reads_first_target_lowest_after_it_and_final() -> None:
+    from a3c_ray.bench_stability import seed_result
+
+    means = np.array([10.0] * 99 + [300, 460, 470, 320, 480, 455])
+    steps = np.arange(len(means)) * 100.0
+    r = seed_result(
+        7, steps, steps / 1000, means, target=450, floor=300, env_steps=9000, train_seconds=9.0
+    )
+    assert r.steps_to_target == 10_000 and r.seconds_to_target == pytest.approx(10.0)
+    assert r.low_after_target == 320 and r.final_mean == 455
+    assert r.held and r.kept
+    # The same run ending below the target held but did not keep it.
+    low_end = np.concatenate([means, [440.0]])
+    r = seed_result(
+        7, np.arange(len(low_end)) * 100.0, np.arange(len(low_end)) / 10, low_end, 450, 300, 1, 1.0
+    )
+    assert r.held and not r.kept
+    # A collapse below the floor after the target is not held, whatever the end.
+    dip = np.concatenate([means, [9.4, 500.0]])
+    r = seed_result(7, np.arange(len(dip)) * 100.0, np.arange(len(dip)) / 10, dip, 450, 300, 1, 1.0)
+    assert r.low_after_target == 9.4 and not r.held and not r.kept
+
+
+def test_seed_result_needs_a_full_window_of_100_episodes() -> None:
+    from a3c_ray.bench_stability import seed_result
+
+    means = np.array([500.0] * 99)  # 99 perfect episodes: not yet a mean of the last 100
+    r = seed_result(0, np.arange(99.0), np.arange(99.0), means, 450, 300, 99, 1.0)
+    assert r.steps_to_target is None and r.low_after_target is None and not r.held
+    assert r.final_mean == 500.0
+
+
+def test_stability_summary_counts_and_medians() -> None:
+    from a3c_ray.bench_stability import SeedResult, format_report, summarize
+
+    runs = [
+        SeedResult(0, 500, 10.0, 80_000, 15.0, 500.0, 420.0, True, True),
+        SeedResult(1, 500, 10.0, 100_000, 19.0, 9.4, 9.4, False, False),
+        SeedResult(2, 500, 10.0, None, None, 120.0, None, False, False),
+    ]
+    s = summarize(runs, 450, 300)
+    assert (s["reached"], s["final_at_target"], s["held"], s["kept"]) == (2, 1, 1, 1)
+    assert s["median_steps_to_target"] == 90_000 and s["median_seconds_to_target"] == 17.0
+    assert s["median_final_mean"] == 120.0
+    report = {
+        "settings": {
+            "env": "CartPole-v1",
+            "workers": 2,
+            "steps": 500,
+            "time_limit": None,
+            "optimizer": "adam",
+            "lr": 1e-3,
+            "t_max": 3,
+            "envs_per_worker": 8,
+        },
+        "runs": [vars(r) for r in runs],
+        "summary": s,
+    }
+    text = format_report(report)
+    assert "| 1 | 100k | 19.0 | 9.4 | 9.4 | no |" in text
+    assert "| 2 | - | - | 120.0 | - | no |" in text
+    assert "held (never below the floor after the target) 1/3" in text
+
+
+def test_stability_bad_input_is_reported_all_at_once(tmp_path: Path) -> None:
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "x").write_text("keep me")
+    argv = ["--seeds", "0", "--first-seed", "-1", "--runs-dir", str(tmp_path / "old")]
+    with pytest.raises(ConfigError) as e:
+        bench.bench_config(parse(argv))
+    text = str(e.value)
+    assert "--seeds: must be >= 1" in text and "--first-seed: must be >= 0" in text
+    assert "is not empty" in text
+    assert (tmp_path / "old" / "x").read_text() == "keep me"
+    # Blackjack-v1's spec has no reward threshold, and the defaults set no target.
+    with pytest.raises(ConfigError, match="--seeds needs --target-return"):
+        bench.bench_config(parse(["--seeds", "2", "--env", "Blackjack-v1"]))
+
+
+def test_stability_target_falls_back_to_the_envs_reward_threshold() -> None:
+    args = parse(["--seeds", "2"])
+    assert bench.stability_target(Config(), args) == 475.0  # CartPole-v1's spec
+    cfg = Config()
+    cfg.run.target_return = 450
+    assert bench.stability_target(cfg, args) == 450
+    assert bench.stability_target(cfg, parse(["--seeds", "2", "--target-return", "200"])) == 200
+
+
+@pytest.mark.ray
+def test_bench_seeds_trains_each_seed_without_stopping_at_the_target(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two tiny seeds run to their step budget (a target of 20 is reached early and must not
+    stop them), each read back from its own TensorBoard episodes."""
+    runs = tmp_path / "runs"
+    argv = [
+        "--seeds",
+        "2",
+        "--first-seed",
+        "5",
+        "--steps",
+        "6000",
+        "--target-return",
+        "20",
+        "--workers",
+        "1",
+        "--envs-per-worker",
+        "4",
+        "--runs-dir",
+        str(runs),
+        "--json",
+    ]
+    assert bench.run(parse(argv)) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert [x["seed"] for x in r["runs"]] == [5, 6]
+    for x in r["runs"]:
+        assert x["env_steps"] >= 6000  # ran on past the target
+        assert x["steps_to_target"] is not None and x["steps_to_target"] < x["env_steps"]
+        assert x["final_mean"] > 0 and (runs / f"seed-{x['seed']}" / "tb").is_dir()
+        assert (
+            json.loads((runs / f"seed-{x['seed']}" / "summary.json").read_text())["env_steps"]
+            == x["env_steps"]
+        )
+    assert r["summary"]["seeds"] == 2 and r["summary"]["reached"] == 2
+    assert r["summary"]["floor"] == pytest.approx(40 / 3)
