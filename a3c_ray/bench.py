@@ -39,6 +39,13 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
+def _levels(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected returns like 0,10,18, got '{text}'") from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", help="gymnasium environment id (default CartPole-v1)")
     p.add_argument(
@@ -105,6 +112,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--out", type=Path, default=Path("docs"), help="where --plot-runs writes its PNGs"
+    )
+    p.add_argument(
+        "--levels",
+        type=_levels,
+        metavar="R,R,...",
+        help="with --plot-runs: plot each run against frames and hours with its evaluations, and "
+        "print when it first reached each of these returns (e.g. 0,10,18 for Pong)",
     )
     s = p.add_argument_group(
         "stability (--seeds): train N seeds in turn, no target, and report whether each one "
@@ -407,13 +421,29 @@ def run_stability(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.plot_runs:
-        from a3c_ray.bench_plot import plot_runs
+def plot(args: argparse.Namespace) -> int:
+    """``--plot-runs``: learning curves of finished runs; ``--levels``: one run against frames and
+    hours, with its evaluations and when it first reached each level."""
+    from a3c_ray import bench_plot as bp
 
-        for path in plot_runs(args.plot_runs, args.out):
+    if not args.levels:
+        for path in bp.plot_runs(args.plot_runs, args.out):
             print(path)
         return 0
+    from a3c_ray.envs import is_atari
+
+    for run_dir in args.plot_runs:
+        cfg = Config.load(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else None
+        fps = bm.frames_per_step(cfg) if cfg is not None and is_atari(cfg.env.id) else 1
+        print(bp.plot_learning(run_dir, args.out, fps))
+        rows = bp.milestones(run_dir, args.levels, fps)
+        print(json.dumps(rows) if args.json else bp.format_milestones(rows, fps))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plot_runs:
+        return plot(args)
     cfg = bench_config(args)
     if args.seeds is not None:
         return run_stability(cfg, args)

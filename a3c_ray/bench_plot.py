@@ -149,7 +149,128 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
 
 
 def _env_name(run_dir: Path) -> str:
+    """The run's env id, from summary.json or, while the run still trains, config.yaml."""
     try:
         return str(json.loads((run_dir / "summary.json").read_text())["env_id"])
     except (OSError, KeyError, ValueError):
+        pass
+    try:
+        import yaml
+
+        return str(yaml.safe_load((run_dir / "config.yaml").read_text())["env"]["id"])
+    except (OSError, KeyError, TypeError, ValueError):
         return "run"
+
+
+class Evals(NamedTuple):
+    steps: np.ndarray
+    """Env step of each evaluation."""
+    seconds: np.ndarray
+    """Training seconds of each evaluation, interpolated as for the episodes."""
+    returns: np.ndarray
+    """Mean return of the evaluation's episodes."""
+
+
+def load_evals(run_dir: Path) -> Evals:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    if M.EVAL_RETURN not in tags or M.UPDATES_PER_SECOND not in tags:
+        return Evals(np.zeros(0), np.zeros(0), np.zeros(0))
+    evals = acc.Scalars(M.EVAL_RETURN)
+    ticks = acc.Scalars(M.UPDATES_PER_SECOND)
+    steps = np.array([e.step for e in evals], dtype=float)
+    seconds = episode_seconds(
+        steps,
+        np.array([e.step for e in ticks], dtype=float),
+        np.array([e.wall_time for e in ticks], dtype=float),
+    )
+    return Evals(steps, seconds, np.array([e.value for e in evals], dtype=float))
+
+
+def first_at(xs: np.ndarray, values: np.ndarray, level: float, skip: int = 0) -> float | None:
+    """The first x whose value is at least ``level``, ignoring the first ``skip`` values."""
+    hits = np.flatnonzero(values[skip:] >= level)
+    return float(xs[skip + hits[0]]) if hits.size else None
+
+
+def milestones(run_dir: Path, levels: list[float], frames_per_step: int) -> list[dict[str, Any]]:
+    """For each level: frames and hours of training when the mean of the last 100 training
+    episodes (from the 100th on), and when an evaluation, first reached it."""
+    curve, evals = load_curve(run_dir), load_evals(run_dir)
+    rows = []
+    for level in levels:
+        row: dict[str, Any] = {"level": level}
+        for name, steps, seconds, values, skip in (
+            ("train", curve.steps, curve.seconds, curve.mean_100, 99),
+            ("eval", evals.steps, evals.seconds, evals.returns, 0),
+        ):
+            at = first_at(np.arange(len(values), dtype=float), values, level, skip)
+            i = None if at is None else int(at)
+            row[f"{name}_frames"] = None if i is None else int(steps[i]) * frames_per_step
+            row[f"{name}_hours"] = None if i is None else float(seconds[i]) / 3600.0
+        rows.append(row)
+    return rows
+
+
+def plot_learning(run_dir: Path, out_dir: Path, frames_per_step: int) -> Path:
+    """One run's training mean (last 100 episodes) and evaluations against frames and hours:
+    ``<env>_learning.png``."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError(["--plot-runs needs matplotlib: pip install matplotlib"]) from None
+    curve, evals = load_curve(run_dir), load_evals(run_dir)
+    env = _env_name(run_dir)
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.0), dpi=100, sharey=True)
+    unit = "frames" if frames_per_step > 1 else "env steps"
+    for ax, scale, xlabel in (
+        (axes[0], ("steps", frames_per_step / 1e6), f"{unit} (millions)"),
+        (axes[1], ("seconds", 1 / 3600.0), "hours of training"),
+    ):
+        key, factor = scale
+        ax.plot(getattr(curve, key) * factor, curve.mean_100, label="training, mean of last 100")
+        if len(evals.steps):
+            ax.plot(
+                getattr(evals, key) * factor,
+                evals.returns,
+                "o",
+                markersize=4,
+                label="evaluation, mean of its games",
+            )
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("return (raw score of whole games)")
+    axes[0].legend(loc="lower right", fontsize="small")
+    fig.suptitle(f"{env}: {run_dir.name}")
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{env.lower().replace('/', '_').replace('-', '_')}_learning.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def format_milestones(rows: list[dict[str, Any]], frames_per_step: int) -> str:
+    unit = "frames" if frames_per_step > 1 else "env steps"
+
+    def cell(frames: int | None, hours: float | None) -> str:
+        if frames is None or hours is None:
+            return "not reached"
+        return f"{frames / 1e6:.2f}M {unit}, {hours:.2f} h"
+
+    lines = [
+        "| return | training mean of last 100 first at | an evaluation first at |",
+        "|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['level']:g} | {cell(r['train_frames'], r['train_hours'])} "
+            f"| {cell(r['eval_frames'], r['eval_hours'])} |"
+        )
+    return "\n".join(lines)

@@ -51,6 +51,8 @@ class ModelConfig:
     """Put an LSTM cell between the body and the heads (the paper's A3C LSTM), for any body. Its state is carried across rollouts per env and zeroed at each episode start."""
     lstm_size: int = 256
     """Hidden size of the LSTM cell."""
+    critic: str = "auto"
+    """The value's body: ``shared`` with the policy (one body, two heads, the A3C paper's), ``separate`` (an MLP of the same shape of its own, feed-forward MLPs only), or ``auto``: separate for a feed-forward MLP, shared otherwise. A shared body lets a burst of value error, as when a solved policy first fails again, rewrite the policy's features."""
 
 
 @dataclass
@@ -247,6 +249,15 @@ class Config:
             f"model.activation: must be tanh or relu, got '{m.activation}'",
         )
         need(m.lstm_size >= 1, f"model.lstm_size: must be >= 1, got {m.lstm_size}")
+        need(
+            m.critic in CRITICS,
+            f"model.critic: must be one of {', '.join(CRITICS)}, got '{m.critic}'",
+        )
+        need(
+            m.critic != "separate" or (m.kind in ("auto", "mlp") and not m.lstm),
+            "model.critic: separate is for feed-forward MLPs; use shared or auto with "
+            f"model.kind {m.kind} and model.lstm {str(m.lstm).lower()}",
+        )
         need(a.t_max >= 1, f"algo.t_max: must be >= 1, got {a.t_max}")
         need(0.0 <= a.gamma <= 1.0, f"algo.gamma: must be in [0, 1], got {a.gamma}")
         need(0.0 <= a.gae_lambda <= 1.0, f"algo.gae_lambda: must be in [0, 1], got {a.gae_lambda}")
@@ -317,6 +328,7 @@ class Config:
 
 
 MODEL_KINDS = ("auto", "mlp", "cnn", "nature_cnn")
+CRITICS = ("auto", "shared", "separate")
 OPTIMIZERS = ("rmsprop", "adam")
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
 

@@ -58,13 +58,22 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(
-        self, body: nn.Module, body_out: int, n_actions: int, lstm_size: int | None = None
+        self,
+        body: nn.Module,
+        body_out: int,
+        n_actions: int,
+        lstm_size: int | None = None,
+        value_body: nn.Module | None = None,
     ):
         super().__init__()
+        if value_body is not None and lstm_size:
+            raise ValueError("a separate value body is for feed-forward models only")
         self.body = body
         self.lstm = lstm_cell(body_out, lstm_size) if lstm_size else None
         head_in = lstm_size if lstm_size else body_out
         self.policy = layer_init(nn.Linear(head_in, n_actions), std=0.01)
+        # With its own body, the value's regression never moves the policy's features.
+        self.value_body = value_body
         self.value = layer_init(nn.Linear(head_in, 1), std=1.0)
 
     @property
@@ -81,7 +90,10 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, state: State = (), reset: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for a batch: obs [B, ...] -> logits [B, A], value [B], new state."""
-        x = self.body(obs if obs.is_floating_point() else obs.float())
+        obs = obs if obs.is_floating_point() else obs.float()
+        x = self.body(obs)
+        if self.value_body is not None:
+            return self.policy(x), self.value(self.value_body(obs)).squeeze(-1), state
         if self.lstm is not None:
             h, c = state
             if reset is not None:
@@ -156,13 +168,26 @@ def resolve_kind(kind: str, obs_shape: Sequence[int]) -> str:
     return "cnn" if len(obs_shape) == 3 else "mlp"
 
 
+def separate_critic(cfg: ModelConfig, kind: str) -> bool:
+    """Whether the value gets a body of its own: ``model.critic``, where ``auto`` means separate
+    for a feed-forward MLP and shared for CNNs and LSTMs (the paper's network)."""
+    if cfg.critic == "auto":
+        return kind == "mlp" and not cfg.lstm
+    return cfg.critic == "separate"
+
+
 def build_model(cfg: ModelConfig, obs_shape: Sequence[int], n_actions: int) -> ActorCritic:
     """The network a config asks for, for observations of ``obs_shape`` and ``n_actions`` actions."""
     kind = resolve_kind(cfg.kind, obs_shape)
     lstm_size = cfg.lstm_size if cfg.lstm else None
     if kind == "mlp":
         body = mlp(int(np.prod(obs_shape)), cfg.hidden_sizes, cfg.activation)
-        return ActorCritic(body, cfg.hidden_sizes[-1], n_actions, lstm_size)
+        value_body = (
+            mlp(int(np.prod(obs_shape)), cfg.hidden_sizes, cfg.activation)
+            if separate_critic(cfg, kind)
+            else None
+        )
+        return ActorCritic(body, cfg.hidden_sizes[-1], n_actions, lstm_size, value_body)
     if kind in CNN_LAYERS:
         if len(obs_shape) != 3:
             raise ValueError(

@@ -189,6 +189,41 @@ def test_plot_runs_writes_both_figures(tmp_path: Path, capsys: pytest.CaptureFix
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
 
 
+def test_plot_with_levels_draws_one_run_against_frames_and_hours_with_its_evaluations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tensorboardX import SummaryWriter
+
+    from a3c_ray import metrics as M
+
+    run = tmp_path / "pong"
+    w = SummaryWriter(str(run / "tb"))
+    # One tick a second at 1,000 agent steps/s; 300 games whose score climbs 1 every 10 games.
+    for tick in range(0, 301):
+        w.add_scalar(M.UPDATES_PER_SECOND, 10.0, tick * 1000, walltime=5000.0 + tick)
+    for game in range(300):
+        w.add_scalar(M.EPISODIC_RETURN, -21.0 + game // 10, 1000 * (game + 1), walltime=0)
+    for at, score in ((100, -15.0), (200, 2.0), (300, 12.0)):
+        w.add_scalar(M.EVAL_RETURN, score, at * 1000, walltime=5000.0 + at)
+    w.close()
+    (run / "config.yaml").write_text("env:\n  id: PongNoFrameskip-v4\nrun:\n  seed: 0\n")
+    out = tmp_path / "docs"
+    argv = ["--plot-runs", str(run), "--levels=-15,0,10,18", "--out", str(out), "--json"]
+    assert bench.run(parse(argv)) == 0
+    path, rows = capsys.readouterr().out.splitlines()
+    assert Path(path) == out / "pongnoframeskip_v4_learning.png"
+    assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = {row["level"]: row for row in json.loads(rows)}
+    # Training: the first game (from the 100th on) whose mean of the last 100 is -15 or more.
+    means = moving_mean(np.array([-21.0 + g // 10 for g in range(300)]))
+    first = 99 + int(np.flatnonzero(means[99:] >= -15)[0])
+    assert r[-15]["train_frames"] == 4 * 1000 * (first + 1)
+    assert r[-15]["train_hours"] == pytest.approx((first + 1) / 3600, rel=0.02)
+    assert r[-15]["eval_frames"] == 4 * 100_000 and r[0]["eval_frames"] == 4 * 200_000
+    assert r[10]["eval_frames"] == 4 * 300_000 and r[10]["train_frames"] is None
+    assert r[18]["eval_frames"] is None and r[18]["eval_hours"] is None
+
+
 def test_plot_runs_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not an a3c-ray run directory"):
         bench.run(parse(["--plot-runs", str(tmp_path), "--out", str(tmp_path / "o")]))
