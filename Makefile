@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,atari,video
 TRAIN_ARGS ?= --env CartPole-v1 --target-return 450
 
-.PHONY: venv train test lint typecheck unit bench clean docs
+.PHONY: venv train test lint typecheck unit bench clean docs learn-pong
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,15 @@ test: lint typecheck
 
 bench: venv
 	$(BIN)/a3c-ray bench
+
+# Pong with the shipped config, one Worker per CPU, then its learning curve and the frames and
+# hours to returns of 0, 10 and 18 (docs/atari.md). Run it again to continue the same run from its
+# newest checkpoint. Hours on a small machine: PONG_ARGS="--time-limit 3600" bounds one sitting.
+PONG_RUN ?= runs/pong
+PONG_ARGS ?=
+learn-pong: venv
+	$(BIN)/a3c-ray train $(if $(wildcard $(PONG_RUN)/config.yaml),--resume $(PONG_RUN),--config pong --run-dir $(PONG_RUN)) $(PONG_ARGS)
+	$(BIN)/a3c-ray bench --plot-runs $(PONG_RUN) --levels=0,10,18 --out $(PONG_RUN)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -51,8 +51,8 @@ class ModelConfig:
     """Put an LSTM cell between the body and the heads (the paper's A3C LSTM), for any body. Its state is carried across rollouts per env and zeroed at each episode start."""
     lstm_size: int = 256
     """Hidden size of the LSTM cell."""
-    critic: str = "auto"
-    """The value's body: ``shared`` with the policy (one body, two heads, the A3C paper's), ``separate`` (an MLP of the same shape of its own, feed-forward MLPs only), or ``auto``: separate for a feed-forward MLP, shared otherwise. A shared body lets a burst of value error, as when a solved policy first fails again, rewrite the policy's features."""
+    critic: str = "shared"
+    """The value's body: ``shared`` with the policy (one body, two heads, the A3C paper's) or ``separate`` (an MLP of the same shape of its own; feed-forward MLPs only). Separate, the value's regression never moves the policy's features, but the policy then learns on its own gradient alone, which at the defaults' step size makes it deterministic too soon (docs/benchmarks.md)."""
 
 
 @dataclass
@@ -328,7 +328,7 @@ class Config:
 
 
 MODEL_KINDS = ("auto", "mlp", "cnn", "nature_cnn")
-CRITICS = ("auto", "shared", "separate")
+CRITICS = ("shared", "separate")
 OPTIMIZERS = ("rmsprop", "adam")
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
 

@@ -168,14 +168,6 @@ def resolve_kind(kind: str, obs_shape: Sequence[int]) -> str:
     return "cnn" if len(obs_shape) == 3 else "mlp"
 
 
-def separate_critic(cfg: ModelConfig, kind: str) -> bool:
-    """Whether the value gets a body of its own: ``model.critic``, where ``auto`` means separate
-    for a feed-forward MLP and shared for CNNs and LSTMs (the paper's network)."""
-    if cfg.critic == "auto":
-        return kind == "mlp" and not cfg.lstm
-    return cfg.critic == "separate"
-
-
 def build_model(cfg: ModelConfig, obs_shape: Sequence[int], n_actions: int) -> ActorCritic:
     """The network a config asks for, for observations of ``obs_shape`` and ``n_actions`` actions."""
     kind = resolve_kind(cfg.kind, obs_shape)
@@ -184,7 +176,7 @@ def build_model(cfg: ModelConfig, obs_shape: Sequence[int], n_actions: int) -> A
         body = mlp(int(np.prod(obs_shape)), cfg.hidden_sizes, cfg.activation)
         value_body = (
             mlp(int(np.prod(obs_shape)), cfg.hidden_sizes, cfg.activation)
-            if separate_critic(cfg, kind)
+            if cfg.critic == "separate"
             else None
         )
         return ActorCritic(body, cfg.hidden_sizes[-1], n_actions, lstm_size, value_body)

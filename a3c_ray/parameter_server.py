@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from a3c_ray.checkpoint import CheckpointError, list_checkpoints, load_latest_good
-from a3c_ray.config import AlgoConfig, Config
+from a3c_ray.config import OPTIMIZERS, AlgoConfig, Config
 from a3c_ray.stats import Window
 
 STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
@@ -70,6 +70,9 @@ def initial_params(cfg: Config, obs_shape: tuple[int, ...], n_actions: int) -> n
 
 
 def make_optimizer(params: list[torch.Tensor], algo: AlgoConfig) -> torch.optim.Optimizer:
+    """The optimizer ``algo.optimizer`` names (one of config.OPTIMIZERS); any other name is refused."""
+    if algo.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer '{algo.optimizer}' (known: {', '.join(OPTIMIZERS)})")
     if algo.optimizer == "rmsprop":
         return torch.optim.RMSprop(
             params, lr=algo.lr, alpha=algo.rmsprop_alpha, eps=algo.optimizer_eps
@@ -293,6 +296,9 @@ class ParameterServer:
             "env_steps": self.env_steps,
             "gradients_applied": self.gradients_applied,
             "gradients_dropped": self.gradients_dropped(),
+            "dropped_nonfinite": self.dropped_nonfinite,
+            "dropped_stale": self.dropped_stale,
+            "dropped_resync": self.dropped_resync,
             "episodes": self.episodes,
             "recent_returns": torch.tensor(list(self.recent_returns), dtype=torch.float64),
             "train_seconds": self.train_seconds(),
@@ -328,7 +334,12 @@ class ParameterServer:
         self.train_seconds_before = float(state.get("train_seconds", 0.0))
         self.env_restarts = int(state.get("env_restarts", 0))
         self.restarts = int(state.get("ps_restarts", 0))
-        self.dropped_nonfinite = int(state.get("gradients_dropped", 0))
+        if "dropped_nonfinite" in state:
+            self.dropped_nonfinite = int(state["dropped_nonfinite"])
+            self.dropped_stale = int(state.get("dropped_stale", 0))
+            self.dropped_resync = int(state.get("dropped_resync", 0))
+        else:  # a checkpoint from before the reasons were kept: the total, under one reason
+            self.dropped_nonfinite = int(state.get("gradients_dropped", 0))
 
 
 # Weights above this size are sent as one object-store ref per version, which every Worker on a

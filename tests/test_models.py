@@ -221,3 +221,34 @@ def test_masked_cartpole_hides_the_velocities() -> None:
     m, _ = masked.reset(seed=5)
     np.testing.assert_allclose(m * masked.unwrapped.scale, f[[0, 2]], rtol=1e-6)  # type: ignore[attr-defined]
     assert masked.spec is not None and masked.spec.max_episode_steps == 500
+
+
+def test_a_separate_critic_has_its_own_body_that_only_the_value_loss_moves() -> None:
+    cfg = ModelConfig(kind="mlp", hidden_sizes=[16, 16], critic="separate")
+    shared = build_model(ModelConfig(kind="mlp", hidden_sizes=[16, 16]), (4,), 2)
+    model = build_model(cfg, (4,), 2)
+    body_params = sum(p.numel() for p in model.body.parameters())
+    assert model.value_body is not None and shared.value_body is None
+    assert num_params(model) == num_params(shared) + body_params  # one more body of that shape
+    obs = torch.randn(5, 4)
+    logits, value, _ = model(obs)
+    value.sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.body.parameters())
+    assert all(p.grad is None or not p.grad.any() for p in model.policy.parameters())
+    assert any(p.grad is not None and p.grad.any() for p in model.value_body.parameters())
+    model.zero_grad()
+    _, value, _ = model(obs)
+    logits, _, _ = model(obs)
+    logits.sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.value_body.parameters())
+
+
+def test_a_separate_critic_is_refused_with_an_lstm_or_a_cnn() -> None:
+    cfg = Config()
+    cfg.model.critic = "separate"
+    cfg.model.lstm = True
+    assert any("model.critic: separate is for feed-forward MLPs" in p for p in cfg.validate())
+    cfg.model.lstm, cfg.model.kind = False, "cnn"
+    assert any("model.critic" in p for p in cfg.validate())
+    cfg.model.critic = "both"
+    assert any("model.critic: must be one of shared, separate" in p for p in cfg.validate())

@@ -179,3 +179,59 @@ def test_restore_continues_from_the_newest_good_checkpoint(tmp_path: Path) -> No
     assert restored.lineage != ps.lineage  # gradients of the old lineage will be dropped
     reply = restored.push(push(version=3, lineage=ps.lineage))
     assert not reply.applied and reply.weights is not None and restored.dropped_resync == 1
+
+
+def test_a_restored_server_keeps_each_drop_reason() -> None:
+    ps = make_ps(algo__max_staleness=0)
+    bad = np.ones(N, dtype=np.float32)
+    bad[0] = np.nan
+    ps.push(push(bad))  # nonfinite
+    ps.push(push(version=0))  # applied, V=1
+    ps.push(push(version=0))  # stale
+    ps.push(push(version=1, lineage="another-server"))  # resync
+    ps.push(push(version=1, lineage="another-server"))  # resync
+    other = make_ps(algo__max_staleness=0)
+    other.load_state_dict(ps.state_dict())
+    p = other.progress()
+    assert (p["dropped_nonfinite"], p["dropped_stale"], p["dropped_resync"]) == (1, 1, 2)
+    assert p["gradients_dropped"] == 4
+
+
+def test_a_checkpoint_without_the_reasons_restores_its_total() -> None:
+    state = make_ps().state_dict()
+    for key in ("dropped_nonfinite", "dropped_stale", "dropped_resync"):
+        del state[key]
+    state["gradients_dropped"] = 5
+    other = make_ps()
+    other.load_state_dict(state)
+    assert other.progress()["gradients_dropped"] == 5
+
+
+def test_an_unknown_optimizer_is_refused_not_replaced_by_adam() -> None:
+    import torch
+
+    from a3c_ray.parameter_server import make_optimizer
+
+    cfg = Config()
+    cfg.algo.optimizer = "sgd"
+    with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
+        make_optimizer([torch.nn.Parameter(torch.zeros(3))], cfg.algo)
+
+
+def test_update_norm_is_the_size_of_the_step_the_optimizer_took() -> None:
+    ps = make_ps(algo__optimizer="rmsprop", algo__optimizer_eps=0.1, algo__max_grad_norm=None)
+    before = ps.weights().copy()
+    ps.push(push(0.01))
+    step = np.linalg.norm(ps.weights() - before)
+    s = ps.drain_stats()
+    assert s["update_norm"] == pytest.approx(step, rel=1e-5) and step > 0
+    # RMSProp with epsilon 0.1: a gradient 100x smaller moves the weights about 100x less,
+    # where Adam would move them by about lr whatever the gradient's size.
+    small = make_ps(algo__optimizer="rmsprop", algo__optimizer_eps=0.1, algo__max_grad_norm=None)
+    small.push(push(0.0001))
+    assert small.drain_stats()["update_norm"] < step / 50
+    adam = make_ps(algo__optimizer="adam", algo__max_grad_norm=None)
+    adam.push(push(0.0001))
+    # 1e-4 / (1e-4 + epsilon 1e-5) of lr per parameter: 0.91 lr, against 0.0001 for RMSProp.
+    expected = adam.cfg.algo.lr * np.sqrt(N) * 1e-4 / (1e-4 + 1e-5)
+    assert adam.drain_stats()["update_norm"] == pytest.approx(expected, rel=1e-3)

@@ -116,6 +116,30 @@ def test_two_workers_solve_cartpole_to_450_within_500k_steps(
     assert res["mean_return"] >= 400, res
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_defaults_learn_cartpole_and_keep_it_for_300k_steps(
+    ray_session: None, tmp_path: Path, seed: int
+) -> None:
+    """With no settings but the seed and no target to stop at, 2 Workers train CartPole-v1 for
+    300k env steps and end with a mean of at least 450 over the last 100 training episodes: the
+    defaults keep what they learn instead of collapsing after the first solve (the failure this
+    guards against ended near 9, a policy that pushes one way)."""
+    from a3c_ray.bench_plot import load_curve
+    from a3c_ray.bench_stability import seed_result
+
+    cfg = Config()
+    cfg.run.run_dir = str(tmp_path / "cp")
+    cfg.run.workers, cfg.run.max_steps, cfg.run.seed, cfg.run.progress = 2, 300_000, seed, False
+    result = train(cfg)
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    curve = load_curve(tmp_path / "cp")
+    r = seed_result(seed, curve.steps, curve.seconds, curve.mean_100, 450, 300, 0, 0.0)
+    assert s["mean_return_100"] >= 450, r
+    assert r.steps_to_target is not None and r.final_mean == pytest.approx(s["mean_return_100"])
+
+
 def test_short_run_stops_at_max_steps_and_writes_everything(
     ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
