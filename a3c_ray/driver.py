@@ -151,6 +151,7 @@ class Run:
         ).remote(self.cfg, i, self.obs_shape, self.n_actions, stream)
         self.workers[i] = w
         self.pending[w.train.remote(self.ps)] = i
+        self.metrics.worker_slot(i)
 
     def _worker_failed(self, i: int, error: BaseException) -> None:
         """Lose the Worker's in-flight rollout, nothing else: replace it after a backoff, or give up."""

@@ -61,6 +61,16 @@ RAY_METRICS = (
 )
 
 
+DROP_REASONS = ("nonfinite", "stale", "resync")
+
+
+def start_at_zero(counter: Any, tags: dict[str, str]) -> None:
+    """Export ``counter`` at 0 for ``tags`` before its first event, as Prometheus asks of counters
+    whose label values are known (dashboards and alerts otherwise see "no data", and ``rate`` misses
+    the first event). Ray's ``Counter.inc`` refuses 0, so the point is recorded directly."""
+    counter._record(0.0, tags)
+
+
 class ParameterServerMetrics:
     """The ParameterServer's Ray metrics, exported as deltas at most once per ``every`` seconds.
 
@@ -98,6 +108,11 @@ class ParameterServerMetrics:
         }
         self._last_time = time.monotonic()
         self._next = 0.0
+        for reason in DROP_REASONS:
+            start_at_zero(self.dropped, {"run": run, "reason": reason})
+        start_at_zero(self.applied, {"run": run})
+        for worker in range(ps.cfg.run.workers or 0):
+            start_at_zero(self.env_steps, {"run": run, "worker": str(worker)})
 
     def maybe_export(self, ps: Any) -> None:
         now = time.monotonic()
@@ -110,10 +125,8 @@ class ParameterServerMetrics:
             if delta > 0:
                 self.env_steps.inc(delta, {**run, "worker": str(worker)})
             last[("steps", worker)] = steps
-        for reason, count in (
-            ("nonfinite", ps.dropped_nonfinite),
-            ("stale", ps.dropped_stale),
-            ("resync", ps.dropped_resync),
+        for reason, count in zip(
+            DROP_REASONS, (ps.dropped_nonfinite, ps.dropped_stale, ps.dropped_resync), strict=True
         ):
             delta = count - last.get(("dropped", reason), 0)
             if delta > 0:
@@ -154,6 +167,13 @@ class DriverMetrics:
         self.restarts = Counter(
             RAY_WORKER_RESTARTS, "Workers restarted after a failure.", ("run", "worker")
         )
+        self._slots: set[int] = set()
+
+    def worker_slot(self, worker: int) -> None:
+        """A Worker slot exists: its restart count is exported, at 0 until it first restarts."""
+        if worker not in self._slots:
+            self._slots.add(worker)
+            start_at_zero(self.restarts, {"run": self.run, "worker": str(worker)})
 
     def worker_restarted(self, worker: int) -> None:
         self.restarts.inc(1, {"run": self.run, "worker": str(worker)})
