@@ -99,8 +99,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dashboard-port",
         type=int,
-        default=8265,
-        help="port of the embedded Ray's dashboard (default 8265)",
+        default=None,
+        help="port of the embedded Ray's dashboard (default 8265, or a free port when another "
+        "Ray on this machine holds 8265)",
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument(
@@ -201,7 +202,7 @@ def bench_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def connect(cfg: Config, max_workers: int, address: str | None, dashboard_port: int) -> bool:
+def connect(cfg: Config, max_workers: int, address: str | None, dashboard_port: int | None) -> bool:
     """Start an embedded Ray as ``a3c-ray train`` would, or use the one this process already has.
 
     True when this call started Ray (and so must shut it down).

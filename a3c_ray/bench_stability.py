@@ -131,7 +131,7 @@ def measure(
     floor: float,
     runs_dir: Path | None,
     address: str | None,
-    dashboard_port: int,
+    dashboard_port: int | None,
     echo: Any = None,
 ) -> dict[str, Any]:
     """Train every seed in turn on one Ray session; per-seed figures and the counts."""

@@ -109,8 +109,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     t.add_argument(
         "--dashboard-port",
         type=int,
-        default=8265,
-        help="port of the embedded Ray dashboard (default 8265)",
+        default=None,
+        help="port of the embedded Ray dashboard (default 8265, or a free port when another Ray "
+        "on this machine holds 8265)",
     )
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -332,7 +332,7 @@ def train(
     overwrite: bool = False,
     resume: bool = False,
     dashboard_host: str = "127.0.0.1",
-    dashboard_port: int = 8265,
+    dashboard_port: int | None = None,
 ) -> RunResult:
     """Run one training to its end. Bad input raises ConfigError before anything is written."""
     cfg.check()

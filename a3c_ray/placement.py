@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import shutil
+import sys
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -78,10 +79,49 @@ def prepare_run_dir(storage: RunStorage, overwrite: bool) -> None:
     storage.local.mkdir(parents=True, exist_ok=True)
 
 
+DEFAULT_DASHBOARD_PORT = 8265
+
+
+def port_is_free(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def pick_dashboard_port(host: str, asked: int | None) -> int:
+    """The port asked for; with none asked, 8265, or a free one when another Ray on this machine
+    (a second run, a ``ray start`` cluster) holds 8265."""
+    if asked is not None:
+        return asked
+    if port_is_free(host, DEFAULT_DASHBOARD_PORT):
+        return DEFAULT_DASHBOARD_PORT
+    return free_port(host)
+
+
 def connect(
-    cfg: Config, address: str | None, dashboard_host: str = "127.0.0.1", dashboard_port: int = 8265
+    cfg: Config,
+    address: str | None,
+    dashboard_host: str = "127.0.0.1",
+    dashboard_port: int | None = None,
 ) -> bool:
-    """Attach to a running cluster or start an embedded one; True when this call started Ray."""
+    """Attach to a running cluster or start an embedded one; True when this call started Ray.
+
+    The embedded Ray's dashboard is on ``dashboard_port``; with none given, on 8265 or, when that
+    is taken, on a free port; the address goes to stderr either way.
+    """
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
@@ -103,19 +143,29 @@ def connect(
     cpus = math.ceil(workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus)
     # The node's services bind to loopback when ray was imported in single-machine mode (the CLI
     # sees to that); the dashboard binds to ``dashboard_host``.
+    port = pick_dashboard_port(dashboard_host, dashboard_port)
     try:
         ray.init(
             address="local",  # a new instance, even when a `ray start` cluster runs on this machine
             num_cpus=cpus,
             include_dashboard=True,
             dashboard_host=dashboard_host,
-            dashboard_port=dashboard_port,
+            dashboard_port=port,
             logging_level=logging.WARNING,
             _node_ip_address="127.0.0.1",
         )
-    except ValueError as e:  # e.g. the dashboard port is taken: pick another with --dashboard-port
+    except ValueError as e:  # e.g. the dashboard port asked for is taken
         ray.shutdown()
-        raise ConfigError([f"cannot start Ray: {one_line(e)}"]) from None
+        hint = "" if dashboard_port is None else " (choose another --dashboard-port, or omit it)"
+        raise ConfigError([f"cannot start Ray: {one_line(e)}{hint}"]) from None
+    taken = dashboard_port is None and port != DEFAULT_DASHBOARD_PORT
+    url = f"http://{'[' + dashboard_host + ']' if ':' in dashboard_host else dashboard_host}:{port}"
+    print(
+        f"a3c-ray: Ray dashboard at {url}"
+        + (f" ({DEFAULT_DASHBOARD_PORT} is taken by another Ray on this machine)" if taken else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     return True
 
 

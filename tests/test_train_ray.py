@@ -223,3 +223,73 @@ def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
     assert summary["stopped_because"] == "interrupted"
     final = load_checkpoint(run_dir / "checkpoints" / "latest")
     assert final["env_steps"] == summary["env_steps"]
+
+
+def test_two_runs_side_by_side_each_get_a_dashboard(tmp_path: Path) -> None:
+    """A second `a3c-ray train` on a machine where one is already training starts its own
+    embedded Ray, with its dashboard on a free port when the first holds 8265, and both finish."""
+    import re
+
+    def train_cmd(run_dir: Path, *extra: str) -> list[str]:
+        return [
+            sys.executable, "-m", "a3c_ray", "train", "--workers", "1",
+            "--run-dir", str(run_dir), "--no-progress", "--envs-per-worker", "2",
+            "--set", "run.ps_cpus=0.25", "--set", "run.monitor_cpus=0.25", *extra,
+        ]  # fmt: skip
+
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    first = subprocess.Popen(
+        train_cmd(tmp_path / "first", "--max-steps", "10000000", "--time-limit", "60"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "first" / "checkpoints" / "latest").exists():
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the first run did not start training"
+            time.sleep(0.5)
+        second = subprocess.run(
+            train_cmd(tmp_path / "second", "--max-steps", "4000"),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+        )
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert first.poll() is None  # the first run trained on throughout
+        first.send_signal(signal.SIGINT)
+        _, first_err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    ports = [
+        re.search(r"Ray dashboard at http://127\.0\.0\.1:(\d+)", err).group(1)  # type: ignore[union-attr]
+        for err in (first_err, second.stderr)
+    ]
+    assert ports[0] != ports[1]
+    if ports[0] == "8265":
+        assert "8265 is taken by another Ray on this machine" in second.stderr
+    assert json.loads((tmp_path / "second" / "summary.json").read_text())["env_steps"] >= 4000
+    assert json.loads((tmp_path / "first" / "summary.json").read_text())["stopped_because"] == (
+        "interrupted"
+    )
+
+
+def test_a_dashboard_port_asked_for_and_taken_is_a_one_line_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "a3c_ray", "train", "--max-steps", "100", "--run-dir",
+             str(tmp_path / "r"), "--dashboard-port", str(port), "--no-progress"],
+            capture_output=True, text=True, env={**os.environ, "RAY_ADDRESS": ""}, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "cannot start Ray" in last and "--dashboard-port" in last
