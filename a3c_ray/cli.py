@@ -268,11 +268,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def flag_value(words: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in an argument list, in either ``--flag V`` or ``--flag=V`` form."""
+    for i, w in enumerate(words):
+        if w == flag and i + 1 < len(words):
+            return words[i + 1]
+        if w.startswith(flag + "="):
+            return w.split("=", 1)[1]
+    return None
+
+
+def on_this_machine(address: str | None) -> bool:
+    """True when the cluster to look at is found on this machine or given by a loopback address."""
+    address = address or os.environ.get("RAY_ADDRESS") or "auto"
+    host = address.split("://")[-1].rpartition(":")[0].strip("[]") if ":" in address else address
+    return address == "auto" or host in ("localhost", "::1") or host.startswith("127.")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     commands: dict[str, Any] = {"train": cmd_train, "eval": cmd_eval}
     try:
         words = list(sys.argv[1:] if argv is None else argv)
         command = next((w for w in words if not w.startswith("-")), None)
+        if command in ("status", "scale") and on_this_machine(flag_value(words, "--address")):
+            # Before Ray is first imported (with the command's module): Ray then keeps loopback
+            # addresses as they are instead of rewriting them to this machine's interface
+            # address, where an embedded Ray does not listen.
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+            # Ray's local clusters require the token that `ray start` and `ray.init` made; its
+            # clients send it only in token mode.
+            if (Path.home() / ".ray" / "auth_token").is_file():
+                os.environ.setdefault("RAY_AUTH_MODE", "token")
         args = build_parser(command).parse_args(words)
         if args.command in MODULE_COMMANDS:
             return int(importlib.import_module(MODULE_COMMANDS[args.command][0]).run(args))

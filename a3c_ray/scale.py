@@ -14,7 +14,7 @@ import ray
 
 from a3c_ray.config import ConfigError
 from a3c_ray.remote import NAMESPACE
-from a3c_ray.status import attach, detach, live_runs
+from a3c_ray.status import attach, detach, each_cluster, live_runs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,15 +32,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError([f"--workers must be >= 1, got {args.workers}"])
-    started = attach(args.address)
+    found = {
+        cluster: [r for r, roles in live_runs(args.run).items() if "ParameterServer" in roles]
+        for cluster in each_cluster(args.address)
+    }
+    runs = [(cluster, run) for cluster, names in found.items() for run in names]
+    if len(runs) != 1:
+        named = ", ".join(run for _, run in runs) if runs else "none"
+        raise ConfigError([f"'{args.run}' must name exactly one live run (found: {named})"])
+    cluster, run_id = runs[0]
+    started = attach(cluster) if not ray.is_initialized() else False
     try:
-        runs: list[str] = [
-            r for r, roles in live_runs(args.run).items() if "ParameterServer" in roles
-        ]
-        if len(runs) != 1:
-            found = ", ".join(runs) if runs else "none"
-            raise ConfigError([f"'{args.run}' must name exactly one live run (found: {found})"])
-        ps = ray.get_actor(f"{runs[0]}/ParameterServer", namespace=NAMESPACE)
+        ps = ray.get_actor(f"{run_id}/ParameterServer", namespace=NAMESPACE)
         progress = cast(dict[str, Any], ray.get(ps.progress.remote()))
         before = progress["desired_workers"]
         ray.get(ps.set_workers.remote(args.workers))
@@ -48,6 +51,6 @@ def run(args: argparse.Namespace) -> int:
         detach(started)
     was = "its current number" if before is None else str(before)
     print(
-        f"{runs[0]}: asked for {args.workers} Workers (was {was}); the driver applies it within a second"
+        f"{run_id}: asked for {args.workers} Workers (was {was}); the driver applies it within a second"
     )
     return 0

@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -131,11 +132,58 @@ def render(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+PROBE_TIMEOUT = 2.0
+
+
+def local_clusters() -> list[str]:
+    """The GCS address of every Ray instance on this machine: `ray start` clusters and the
+    embedded Rays of `a3c-ray train`, found from their raylet processes as `ray status` does."""
+    try:
+        from ray._private.services import find_gcs_addresses
+    except ImportError:  # a Ray without it: let ray.init's own "auto" look
+        return ["auto"]
+    return sorted(find_gcs_addresses())
+
+
+def answers(address: str, timeout: float = PROBE_TIMEOUT) -> bool:
+    """True when something accepts a TCP connection at ``host:port`` within ``timeout`` seconds
+    (anything else, e.g. ray:// or auto, is left to ray.init)."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return True
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def targets(address: str | None) -> list[str]:
+    """The clusters to look at: the one asked for, else every Ray instance on this machine."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    found = [address] if address and address != "auto" else local_clusters()
+    if not found:
+        raise ConfigError(
+            ["no Ray instance runs on this machine; pass --address HOST:PORT of a cluster"]
+        )
+    live = [a for a in found if answers(a)]
+    if not live:
+        raise ConfigError(
+            [f"no Ray cluster answers at {', '.join(found)} (within {PROBE_TIMEOUT:g} s)"]
+        )
+    return live
+
+
 def attach(address: str | None) -> bool:
-    """Connect this process to the cluster unless it already is; True when this call connected."""
+    """Connect this process to the cluster at ``address`` unless it already is connected; True
+    when this call connected. Fails within seconds, with one line, when nothing answers there."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if not answers(address):
+        raise ConfigError([f"no Ray cluster answers at {address} (within {PROBE_TIMEOUT:g} s)"])
     try:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as e:
@@ -150,12 +198,24 @@ def detach(started: bool) -> None:
         ray.shutdown()
 
 
+def each_cluster(address: str | None) -> Iterator[str]:
+    """Attach to each target cluster in turn (or stay on the one this process is connected to),
+    yielding its address while attached."""
+    if ray.is_initialized():
+        yield ray.get_runtime_context().gcs_address
+        return
+    for target in targets(address):
+        started = attach(target)
+        try:
+            yield target
+        finally:
+            detach(started)
+
+
 def run(args: argparse.Namespace) -> int:
-    started = attach(args.address)
-    try:
-        records = collect(args.run, args.interval)
-    finally:
-        detach(started)
+    records = []
+    for cluster in each_cluster(args.address):
+        records += [{**r, "cluster": cluster} for r in collect(args.run, args.interval)]
     if args.json:
         print(json.dumps(records, default=float))
     else:

@@ -251,6 +251,17 @@ def test_two_runs_side_by_side_each_get_a_dashboard(tmp_path: Path) -> None:
             assert first.poll() is None, first.communicate()
             assert time.monotonic() < deadline, "the first run did not start training"
             time.sleep(0.5)
+        # `a3c-ray status`, in a process of its own, finds the run on its embedded Ray, fast.
+        t0 = time.monotonic()
+        status = subprocess.run(
+            [sys.executable, "-m", "a3c_ray", "status", "--json", "--interval", "0.2"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr[-2000:]
+        assert time.monotonic() - t0 < 30
+        listed = [r for r in json.loads(status.stdout) if r["run"].startswith("first-")]
+        assert len(listed) == 1 and listed[0]["env_steps"] > 0, status.stdout
+        assert listed[0]["cluster"].startswith("127.0.0.1:")
         second = subprocess.run(
             train_cmd(tmp_path / "second", "--max-steps", "4000"),
             capture_output=True,
@@ -293,3 +304,18 @@ def test_a_dashboard_port_asked_for_and_taken_is_a_one_line_error(tmp_path: Path
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "cannot start Ray" in last and "--dashboard-port" in last
+
+
+@pytest.mark.parametrize("command", [["status"], ["scale", "some-run", "--workers", "2"]])
+def test_status_and_scale_give_up_fast_when_no_cluster_answers(command: list[str]) -> None:
+    """An address where nothing listens is a one-line error within seconds, not a hang."""
+    port = free_port()
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "a3c_ray", *command, "--address", f"127.0.0.1:{port}"],
+        capture_output=True, text=True, env={**os.environ, "RAY_ADDRESS": ""}, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert time.monotonic() - t0 < 15
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == f"a3c-ray: error: no Ray cluster answers at 127.0.0.1:{port} (within 2 s)"
