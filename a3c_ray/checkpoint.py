@@ -154,7 +154,19 @@ def resolve(path: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load and check a checkpoint; only tensors, numbers and strings are accepted from disk."""
+    """Load and check a checkpoint; only tensors, numbers and strings are accepted from disk.
+
+    ``path`` may also be a URI of the kind a run directory may have (``s3://...``): what it names
+    is fetched first, and the checkpoint's ``path`` is then its URI."""
+    remote_dir = None
+    if "://" in str(path):
+        from a3c_ray.storage import fetch_checkpoint
+
+        try:
+            path, remote_dir = fetch_checkpoint(str(path))
+        except (OSError, ValueError, ImportError) as e:
+            reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"no checkpoint at {path}: {reason}") from None
     file = resolve(path)
     if file.exists() and not zipfile.is_zipfile(file):
         raise CheckpointError(f"checkpoint {file} is truncated, corrupt or not a torch checkpoint")
@@ -172,7 +184,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     missing = [k for k in REQUIRED_KEYS if k not in state]
     if missing:
         raise CheckpointError(f"checkpoint {file} lacks {', '.join(missing)}")
-    state["path"] = str(file)
+    state["path"] = str(file) if remote_dir is None else f"{remote_dir}/{file.name}"
     return state
 
 

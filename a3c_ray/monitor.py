@@ -121,7 +121,10 @@ class Monitor:
         mean = self._evaluate(state, step)
         if mean is not None and (self.best_eval_return is None or mean >= self.best_eval_return):
             self.best_eval_return = mean
-        self.last_checkpoint = str(self.ckpts.save(state, eval_return=mean))
+        # Where the run lives (its URI for a remote run), not this node's staging copy.
+        self.last_checkpoint = self.storage.where(
+            self._rel(self.ckpts.save(state, eval_return=mean))
+        )
         every = self.cfg.monitor.video_every
         if mean is not None and every and self.n_evals % every == 0:
             self.record_video(step)

@@ -48,6 +48,13 @@ class RunStorage:
     def __repr__(self) -> str:
         return f"RunStorage({self.location!r})"
 
+    def where(self, rel: str) -> str:
+        """Where the run's file ``rel`` lives, as a user reaches it: its URI for a remote run (not
+        this node's staging copy), its path for a local one."""
+        if self.remote:
+            return f"{self.location.rstrip('/')}/{rel}"
+        return str(self.local / rel)
+
     def _remote(self, rel: str) -> str:
         return f"{self.root.rstrip('/')}/{rel}"
 
@@ -114,6 +121,37 @@ class RunStorage:
                 if not name.endswith(".uploading"):
                     self.download(f"checkpoints/{name}")
         return local
+
+
+def fetch_checkpoint(uri: str) -> tuple[Path, str]:
+    """A local copy of what a checkpoint URI names, for ``checkpoint.resolve``: a ``ckpt-*.pt``
+    file, a ``latest``/``best`` pointer with the file it names, or a checkpoints or run directory
+    with every checkpoint in it; and the URI of the directory that holds those checkpoints.
+    Copies go to a directory of their own under the staging root."""
+    fs, path = fsspec.core.url_to_fs(uri)
+    base = uri.rstrip("/")
+    path = path.rstrip("/")
+    digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
+    local = staging_root() / "fetched" / digest
+    local.mkdir(parents=True, exist_ok=True)
+    if not fs.exists(path):
+        raise FileNotFoundError(f"nothing at {uri}")
+    if fs.isdir(path):
+        sub = fs.isdir(f"{path}/checkpoints")
+        directory = f"{path}/checkpoints" if sub else path
+        for entry in fs.ls(directory, detail=False):
+            name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+            if not name.endswith(".uploading") and not fs.isdir(entry):
+                fs.get_file(entry, str(local / name))
+        return local, f"{base}/checkpoints" if sub else base
+    name = path.rsplit("/", 1)[-1]
+    fs.get_file(path, str(local / name))
+    if not name.endswith(".pt"):  # a pointer: fetch the checkpoint it names beside it
+        target = (local / name).read_text().strip()
+        parent = path.rsplit("/", 1)[0]
+        if "/" not in target and fs.exists(f"{parent}/{target}"):
+            fs.get_file(f"{parent}/{target}", str(local / target))
+    return local / name, base.rsplit("/", 1)[0]
 
 
 def describe(storage: RunStorage) -> dict[str, Any]:

@@ -1,0 +1,93 @@
+"""Run directories on an S3 API: a real S3-compatible server (moto's, on loopback) and s3fs.
+
+Everything a run reports must be where the run lives (its s3:// URI, never a node's staging copy),
+and `a3c-ray eval` must read any run directory URI that `a3c-ray train` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from a3c_ray.cli import main
+from a3c_ray.driver import train
+
+from .conftest import small_config
+
+pytestmark = pytest.mark.ray
+
+BUCKET = "a3c-runs"
+
+
+@pytest.fixture(scope="module")
+def s3_and_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1, and a Ray whose actors reach it through the environment."""
+    moto_server = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    import ray
+
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "A3C_RAY_STAGING": str(tmp_path_factory.mktemp("staging")),
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    s3fs.S3FileSystem().mkdir(BUCKET)
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        logging_level="WARNING",
+        _node_ip_address="127.0.0.1",
+        runtime_env={"env_vars": env},
+    )
+    try:
+        yield endpoint
+    finally:
+        ray.shutdown()
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_a_run_on_s3_reports_s3_paths_and_eval_reads_them(
+    s3_and_ray: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import s3fs
+
+    uri = f"s3://{BUCKET}/runs/cp"
+    cfg = small_config(uri, run__max_steps=3_000)
+    result = train(cfg)
+    assert result.exit_code == 0, result.summary
+    s = result.summary
+    assert s["run_dir"] == uri
+    assert s["checkpoint"].startswith(f"{uri}/checkpoints/ckpt-"), s["checkpoint"]
+    fs = s3fs.S3FileSystem()
+    assert fs.exists(s["checkpoint"])
+    assert json.loads(fs.cat(f"{uri}/summary.json"))["checkpoint"] == s["checkpoint"]
+    for target in (f"{uri}/checkpoints/best", f"{uri}/checkpoints/latest", uri, s["checkpoint"]):
+        capsys.readouterr()
+        assert main(["eval", target, "--episodes", "2", "--json"]) == 0, target
+        res = json.loads(capsys.readouterr().out)
+        assert res["episodes"] == 2 and res["checkpoint"].startswith(f"{uri}/checkpoints/ckpt-")
+    assert main(["eval", f"s3://{BUCKET}/runs/none/checkpoints/best"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no checkpoint at s3://" in err[0]
