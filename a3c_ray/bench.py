@@ -412,8 +412,7 @@ def run_stability(cfg: Config, args: argparse.Namespace) -> int:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
 
     def echo(r: bs.SeedResult) -> None:
-        if not args.json:
-            print(bs.format_row(r), file=sys.stderr, flush=True)
+        print(bs.format_row(r), file=sys.stderr, flush=True)  # progress, whatever the output
 
     report = bs.measure(
         cfg, seeds, target, floor, args.runs_dir, args.address, args.dashboard_port, echo

@@ -302,8 +302,12 @@ def test_shipped_configs_load_validate_and_carry_the_papers_optimizer(name: str)
     assert cfg.validate() == []
     if name in ("pong", "pong_lstm", "breakout"):
         a = cfg.algo
-        assert (a.optimizer, a.rmsprop_alpha, a.optimizer_eps) == ("rmsprop", 0.99, 0.1)
-        assert a.entropy_coef == 0.01 and a.t_max in (5, 20) and cfg.run.workers == 16
+        # Shared RMSProp with the paper's decay; pong.yaml's epsilon is TensorFlow's 1e-5 inside
+        # the square root restated for torch, which adds it outside (docs/atari.md).
+        eps = 3e-3 if name == "pong" else 0.1
+        assert (a.optimizer, a.rmsprop_alpha, a.optimizer_eps) == ("rmsprop", 0.99, eps)
+        assert a.entropy_coef == 0.01 and a.t_max in (5, 20)
+        assert cfg.run.workers == (None if name == "pong" else 16)
         assert cfg.model.kind == "cnn" and cfg.env.frame_stack == (1 if cfg.model.lstm else 4)
 
 

@@ -313,3 +313,16 @@ def test_cluster_doc_lists_every_local_sh_setting() -> None:
     doc = set(re.findall(r"`(A3C_[A-Z_]+)`", (ROOT / "docs" / "cluster.md").read_text()))
     script = set(re.findall(r"\$\{(A3C_[A-Z_]+):-", (CLUSTER / "local.sh").read_text()))
     assert script and doc == script
+
+
+def test_the_declared_gymnasium_has_the_vector_api_the_envs_use() -> None:
+    """gymnasium.vector.AutoresetMode (and autoreset_mode=) arrived in gymnasium 1.1: a lower
+    bound of 1.0 lets pip keep a gymnasium on which every import of the envs fails."""
+    import re
+
+    block = (
+        (ROOT / "pyproject.toml").read_text().split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
+    )
+    (spec,) = re.findall(r'^\s*"gymnasium>=([0-9.]+)', block, flags=re.M)
+    assert tuple(int(x) for x in spec.split(".")) >= (1, 1)
+    assert "AutoresetMode" in (ROOT / "a3c_ray" / "envs.py").read_text()

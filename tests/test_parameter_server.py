@@ -33,7 +33,7 @@ def push(
 
 
 def test_push_applies_gradient_moves_version_and_returns_new_weights() -> None:
-    ps = make_ps()
+    ps = make_ps(algo__optimizer="adam", algo__optimizer_eps=1e-5)
     reply = ps.push(push(1.0))
     assert reply.applied and reply.version == 1 and not reply.stop
     assert reply.weights is not None
@@ -230,7 +230,7 @@ def test_update_norm_is_the_size_of_the_step_the_optimizer_took() -> None:
     small = make_ps(algo__optimizer="rmsprop", algo__optimizer_eps=0.1, algo__max_grad_norm=None)
     small.push(push(0.0001))
     assert small.drain_stats()["update_norm"] < step / 50
-    adam = make_ps(algo__optimizer="adam", algo__max_grad_norm=None)
+    adam = make_ps(algo__optimizer="adam", algo__optimizer_eps=1e-5, algo__max_grad_norm=None)
     adam.push(push(0.0001))
     # 1e-4 / (1e-4 + epsilon 1e-5) of lr per parameter: 0.91 lr, against 0.0001 for RMSProp.
     expected = adam.cfg.algo.lr * np.sqrt(N) * 1e-4 / (1e-4 + 1e-5)
