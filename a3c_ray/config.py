@@ -68,7 +68,7 @@ class AlgoConfig:
     value_coef: float = 0.5
     """Weight of the value loss."""
     max_grad_norm: float | None = 2.0
-    """Clip each pushed gradient to this global L2 norm on the ParameterServer; null disables. With RMSProp's epsilon 0.1 the step grows with the gradient, so a clip that binds bounds it: a solved CartPole that fails again sends value errors of about 100 and gradient norms of 20-40, which the clip of 2 keeps from rewriting the policy (docs/benchmarks.md). Adam's step does not grow with the gradient, so there a clip changes little."""
+    """Clip each pushed gradient to this global L2 norm on the ParameterServer; null disables. With RMSProp's epsilon 0.1 the step grows with the gradient, so a clip that binds bounds it: a solved CartPole that fails again sends value errors near 100 and gradient norms of 60 to over 1,000, which the clip of 2 keeps from rewriting the policy (docs/benchmarks.md). Adam's step does not grow with the gradient, so there a clip changes little."""
     normalize_advantages: bool = False
     """Standardise advantages within each rollout before the policy loss."""
     optimizer: str = "rmsprop"

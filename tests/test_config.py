@@ -340,3 +340,16 @@ def test_load_of_a_file_with_bad_fields_names_them(tmp_path: Path) -> None:
     assert len(info.value.problems) == 2
     assert "algo.lr" in str(info.value)
     assert "algo.momentum" in str(info.value)
+
+
+def test_the_shipped_cartpole_config_is_the_defaults_written_out() -> None:
+    """`--config cartpole` and `--env CartPole-v1` train the same way: only the run's length
+    and target differ, so the documented defaults and the file cannot drift apart."""
+    from a3c_ray import configs
+
+    shipped = Config.load(configs.resolve("cartpole")).to_dict()
+    defaults = Config().to_dict()
+    for section in ("env", "model", "algo", "monitor"):
+        assert shipped[section] == defaults[section], section
+    run = {k: v for k, v in shipped["run"].items() if k not in ("max_steps", "target_return")}
+    assert run == {k: v for k, v in defaults["run"].items() if k in run}
