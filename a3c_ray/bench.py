@@ -150,6 +150,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--runs-dir", type=Path, help="keep each seed's run directory here (default: discarded)"
     )
+    s.add_argument(
+        "--in-process",
+        action="store_true",
+        help="train the seeds without Ray: the Workers take turns against the ParameterServer in "
+        "this process (deterministic, one CPU; for sweeps of the algorithm)",
+    )
+    s.add_argument(
+        "--trace-every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="with --in-process: every STEPS env steps, what the ParameterServer saw (entropy, "
+        "value loss, gradient and step norms, staleness, short episodes)",
+    )
 
 
 def bench_config(args: argparse.Namespace) -> Config:
@@ -191,6 +205,10 @@ def bench_config(args: argparse.Namespace) -> Config:
             problems.append(
                 f"--seeds needs --target-return: neither the config nor {cfg.env.id} sets one"
             )
+        if args.trace_every < 0 or (args.trace_every and not args.in_process):
+            problems.append("--trace-every: needs --in-process and a number of env steps >= 1")
+        if args.in_process and args.runs_dir is not None:
+            problems.append("--runs-dir: an --in-process run writes no run directory")
         if args.runs_dir is not None and args.runs_dir.exists() and any(args.runs_dir.iterdir()):
             problems.append(f"--runs-dir: {args.runs_dir} is not empty; choose a new directory")
     for name in ("repeat", "in_flight"):
@@ -414,9 +432,12 @@ def run_stability(cfg: Config, args: argparse.Namespace) -> int:
     def echo(r: bs.SeedResult) -> None:
         print(bs.format_row(r), file=sys.stderr, flush=True)  # progress, whatever the output
 
-    report = bs.measure(
-        cfg, seeds, target, floor, args.runs_dir, args.address, args.dashboard_port, echo
-    )
+    if args.in_process:
+        report = bs.measure_in_process(cfg, seeds, target, floor, args.trace_every, echo)
+    else:
+        report = bs.measure(
+            cfg, seeds, target, floor, args.runs_dir, args.address, args.dashboard_port, echo
+        )
     print(json.dumps(report) if args.json else bs.format_report(report))
     return 0
 

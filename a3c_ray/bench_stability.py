@@ -39,6 +39,8 @@ class SeedResult:
     kept: bool
     """Held, and ended at the target or above."""
     run_dir: str | None = None
+    trace: list[dict[str, Any]] | None = None
+    """With ``--in-process --trace-every K``: what the ParameterServer saw every K env steps."""
 
 
 def seed_result(
@@ -124,6 +126,59 @@ def train_seed(cfg: Config, seed: int, run_dir: Path) -> tuple[dict[str, Any], P
     return summary, run_dir
 
 
+def measure_in_process(
+    cfg: Config,
+    seeds: list[int],
+    target: float,
+    floor: float,
+    trace_every: int = 0,
+    echo: Any = None,
+) -> dict[str, Any]:
+    """Train every seed in turn in this process, without Ray (``bench_inprocess``)."""
+    from a3c_ray import bench_inprocess
+
+    results = []
+    for seed in seeds:
+        c = Config.from_dict(cfg.to_dict())
+        c.run.seed = seed
+        run = bench_inprocess.train(c, c.run.workers or 1, trace_every)
+        r = seed_result(
+            seed,
+            run.steps,
+            run.seconds,
+            run.mean_100,
+            target,
+            floor,
+            run.env_steps,
+            run.train_seconds,
+        )
+        r.trace = run.trace or None
+        results.append(r)
+        if echo is not None:
+            echo(r)
+    return report(cfg, results, target, floor, in_process=True)
+
+
+def report(
+    cfg: Config, results: list[SeedResult], target: float, floor: float, in_process: bool
+) -> dict[str, Any]:
+    return {
+        "settings": {
+            "env": cfg.env.id,
+            "workers": cfg.run.workers,
+            "steps": cfg.run.max_steps,
+            "time_limit": cfg.run.time_limit,
+            "optimizer": cfg.algo.optimizer,
+            "lr": cfg.algo.lr,
+            "t_max": cfg.algo.t_max,
+            "envs_per_worker": cfg.env.num_envs,
+            "in_process": in_process,
+        },
+        "runs": [asdict(r) for r in results],
+        "summary": summarize(results, target, floor),
+    }
+
+
 def measure(
     cfg: Config,
     seeds: list[int],
@@ -167,20 +222,7 @@ def measure(
             tmp.cleanup()
         if started:
             ray.shutdown()
-    return {
-        "settings": {
-            "env": cfg.env.id,
-            "workers": cfg.run.workers,
-            "steps": cfg.run.max_steps,
-            "time_limit": cfg.run.time_limit,
-            "optimizer": cfg.algo.optimizer,
-            "lr": cfg.algo.lr,
-            "t_max": cfg.algo.t_max,
-            "envs_per_worker": cfg.env.num_envs,
-        },
-        "runs": [asdict(r) for r in results],
-        "summary": summarize(results, target, floor),
-    }
+    return report(cfg, results, target, floor, in_process=False)
 
 
 def _num(x: float | None, fmt: str) -> str:
@@ -205,9 +247,10 @@ HEADER = (
 def format_report(report: dict[str, Any]) -> str:
     s, st = report["summary"], report["settings"]
     rows = [format_row(SeedResult(**r)) for r in report["runs"]]
+    where = "in one process" if st.get("in_process") else "on Ray"
     lines = [
         f"stability of {st['env']}: {s['seeds']} seeds x {st['steps']:,} env steps, "
-        f"{st['workers']} Workers, {st['optimizer']} lr {st['lr']:g}, "
+        f"{st['workers']} Workers {where}, {st['optimizer']} lr {st['lr']:g}, "
         f"{st['envs_per_worker']} envs x t_max {st['t_max']}",
         HEADER,
         *rows,
@@ -220,4 +263,9 @@ def format_report(report: dict[str, Any]) -> str:
         f"{_num(s['median_seconds_to_target'], '.1f')} s of training; "
         f"median final mean {_num(s['median_final_mean'], '.1f')}",
     ]
+    for r in report["runs"]:
+        if r.get("trace"):
+            from a3c_ray.bench_inprocess import format_trace
+
+            lines += ["", f"seed {r['seed']}, every window:", format_trace(r["trace"])]
     return "\n".join(lines)

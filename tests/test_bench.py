@@ -446,3 +446,36 @@ def test_bench_seeds_trains_each_seed_without_stopping_at_the_target(
         )
     assert r["summary"]["seeds"] == 2 and r["summary"]["reached"] == 2
     assert r["summary"]["floor"] == pytest.approx(40 / 3)
+
+
+def test_in_process_training_is_deterministic_and_traces_every_window() -> None:
+    """Without Ray the same seed gives the same episodes twice; with the overlapped push two
+    Workers' gradients are 3 versions stale, as on Ray; every window is traced."""
+    from a3c_ray.bench_inprocess import format_trace, train
+
+    cfg = Config()
+    cfg.env.num_envs, cfg.run.max_steps, cfg.run.seed = 4, 6_000, 3
+    a, b = train(cfg, 2, trace_every=1_000), train(cfg, 2, trace_every=1_000)
+    assert a.env_steps >= 6_000 and len(a.mean_100) > 10
+    np.testing.assert_array_equal(a.steps, b.steps)
+    np.testing.assert_array_equal(a.mean_100, b.mean_100)
+    assert [r["env_steps"] for r in a.trace] == [r["env_steps"] for r in b.trace]
+    assert len(a.trace) == 6 and all(r["staleness"] == 3 for r in a.trace[1:])
+    assert all(r["update_norm"] > 0 and r["grad_norm_max"] >= r["grad_norm"] for r in a.trace)
+    assert sum(r["episodes"] for r in a.trace) <= len(a.mean_100)
+    assert format_trace(a.trace).count("\n") == len(a.trace) + 1
+    cfg.algo.overlap_push = False
+    assert all(r["staleness"] == 1 for r in train(cfg, 2, trace_every=1_000).trace[1:])
+
+
+def test_bench_seeds_in_process_reports_each_seed_with_its_trace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--seeds", "2", "--steps", "3000", "--in-process", "--trace-every", "1000",
+            "--target-return", "15", "--workers", "2", "--envs-per-worker", "4", "--json"]  # fmt: skip
+    assert bench.run(parse(argv)) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["settings"]["in_process"] and [x["seed"] for x in r["runs"]] == [0, 1]
+    assert all(len(x["trace"]) == 3 and x["steps_to_target"] for x in r["runs"])
+    with pytest.raises(ConfigError, match="--trace-every: needs --in-process"):
+        bench.bench_config(parse(["--seeds", "2", "--trace-every", "100"]))
