@@ -39,6 +39,21 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
+def _seeds(text: str) -> int | list[int]:
+    """A count of seeds (``10``) or the seeds themselves (``3,21,23``)."""
+    try:
+        items = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seeds or seeds like 3,21,23, got '{text}'"
+        ) from None
+    if "," not in text:
+        return items[0] if items else 0
+    if any(x < 0 for x in items):
+        raise argparse.ArgumentTypeError(f"seeds must be >= 0, got '{text}'")
+    return items
+
+
 def _levels(text: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
@@ -126,7 +141,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "reached the target and kept it"
     )
     s.add_argument(
-        "--seeds", type=int, metavar="N", help="instead of throughput, train N seeds in turn"
+        "--seeds",
+        type=_seeds,
+        metavar="N|S,S,...",
+        help="instead of throughput, train N seeds in turn (from --first-seed), or these seeds",
     )
     s.add_argument("--first-seed", type=int, default=0, help="the first of the N seeds (default 0)")
     s.add_argument(
@@ -149,6 +167,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     s.add_argument(
         "--runs-dir", type=Path, help="keep each seed's run directory here (default: discarded)"
+    )
+    s.add_argument(
+        "--stability-of",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="instead of training, read these finished runs (e.g. Ray jobs) as --seeds reads its own",
     )
     s.add_argument(
         "--in-process",
@@ -197,7 +222,7 @@ def bench_config(args: argparse.Namespace) -> Config:
     if args.time_limit is not None:
         cfg.set("run.time_limit", args.time_limit)
     if args.seeds is not None:
-        if args.seeds < 1:
+        if isinstance(args.seeds, int) and args.seeds < 1:
             problems.append(f"--seeds: must be >= 1, got {args.seeds}")
         if args.first_seed < 0:
             problems.append(f"--first-seed: must be >= 0, got {args.first_seed}")
@@ -418,6 +443,22 @@ def stability_target(cfg: Config, args: argparse.Namespace) -> float | None:
     return None if threshold is None else float(threshold)
 
 
+def read_stability(args: argparse.Namespace) -> int:
+    """``--stability-of RUN_DIR...``: the stability table of runs that have already finished."""
+    from a3c_ray import bench_stability as bs
+
+    runs = [bs.read_run(Path(d)) for d in args.stability_of]
+    cfg = Config.load(Path(args.stability_of[0]) / "config.yaml")
+    target = stability_target(cfg, args)
+    if target is None:
+        raise ConfigError([f"--stability-of needs --target-return: {cfg.env.id} sets none"])
+    floor = args.floor if args.floor is not None else 2.0 * target / 3.0
+    results = [bs.result_of(r, target, floor) for r in runs]
+    report = bs.report(cfg, results, target, floor, in_process=False)
+    print(json.dumps(report) if args.json else bs.format_report(report))
+    return 0
+
+
 def run_stability(cfg: Config, args: argparse.Namespace) -> int:
     """``--seeds N``: train N seeds in turn and report how each learned and held (bench_stability)."""
     import sys
@@ -427,7 +468,11 @@ def run_stability(cfg: Config, args: argparse.Namespace) -> int:
     target = stability_target(cfg, args)
     assert target is not None  # bench_config checked
     floor = args.floor if args.floor is not None else 2.0 * target / 3.0
-    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    seeds = (
+        list(args.seeds)
+        if isinstance(args.seeds, list)
+        else list(range(args.first_seed, args.first_seed + args.seeds))
+    )
 
     def echo(r: bs.SeedResult) -> None:
         print(bs.format_row(r), file=sys.stderr, flush=True)  # progress, whatever the output
@@ -465,6 +510,8 @@ def plot(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.plot_runs:
         return plot(args)
+    if args.stability_of:
+        return read_stability(args)
     cfg = bench_config(args)
     if args.seeds is not None:
         return run_stability(cfg, args)

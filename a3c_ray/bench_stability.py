@@ -126,6 +126,47 @@ def train_seed(cfg: Config, seed: int, run_dir: Path) -> tuple[dict[str, Any], P
     return summary, run_dir
 
 
+@dataclass
+class FinishedRun:
+    seed: int
+    run_dir: Path
+    summary: dict[str, Any]
+    steps: np.ndarray
+    seconds: np.ndarray
+    mean_100: np.ndarray
+
+
+def read_run(run_dir: Path) -> FinishedRun:
+    """A finished run's seed, summary and per-episode means (from its TensorBoard episodes)."""
+    import json
+
+    from a3c_ray.bench_plot import load_curve
+    from a3c_ray.config import ConfigError
+
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        seed = Config.load(run_dir / "config.yaml").run.seed
+    except (OSError, ValueError) as e:
+        raise ConfigError([f"{run_dir} is not a finished a3c-ray run: {e}"]) from None
+    curve = load_curve(run_dir)
+    return FinishedRun(seed, run_dir, summary, curve.steps, curve.seconds, curve.mean_100)
+
+
+def result_of(run: FinishedRun, target: float, floor: float) -> SeedResult:
+    r = seed_result(
+        run.seed,
+        run.steps,
+        run.seconds,
+        run.mean_100,
+        target,
+        floor,
+        int(run.summary.get("env_steps") or 0),
+        float(run.summary.get("train_seconds") or 0.0),
+    )
+    r.run_dir = str(run.run_dir)
+    return r
+
+
 def measure_in_process(
     cfg: Config,
     seeds: list[int],
@@ -193,7 +234,6 @@ def measure(
     import ray
 
     from a3c_ray.bench import connect
-    from a3c_ray.bench_plot import load_curve
 
     started = connect(cfg, cfg.run.workers or 1, address, dashboard_port)
     results: list[SeedResult] = []
@@ -201,18 +241,8 @@ def measure(
     base = runs_dir if runs_dir is not None else Path(tmp.name)  # type: ignore[union-attr]
     try:
         for seed in seeds:
-            summary, run_dir = train_seed(cfg, seed, base / f"seed-{seed}")
-            curve = load_curve(run_dir)
-            r = seed_result(
-                seed,
-                curve.steps,
-                curve.seconds,
-                curve.mean_100,
-                target,
-                floor,
-                int(summary["env_steps"]),
-                float(summary["train_seconds"]),
-            )
+            _, run_dir = train_seed(cfg, seed, base / f"seed-{seed}")
+            r = result_of(read_run(run_dir), target, floor)
             r.run_dir = str(run_dir) if runs_dir is not None else None
             results.append(r)
             if echo is not None:

@@ -479,3 +479,28 @@ def test_bench_seeds_in_process_reports_each_seed_with_its_trace(
     assert all(len(x["trace"]) == 3 and x["steps_to_target"] for x in r["runs"])
     with pytest.raises(ConfigError, match="--trace-every: needs --in-process"):
         bench.bench_config(parse(["--seeds", "2", "--trace-every", "100"]))
+
+
+def test_seeds_take_a_count_or_a_list() -> None:
+    assert parse(["--seeds", "10"]).seeds == 10
+    assert parse(["--seeds", "3,21,23"]).seeds == [3, 21, 23]
+    with pytest.raises(SystemExit):
+        parse(["--seeds", "three"])
+
+
+def test_stability_of_finished_runs_reads_their_episodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = [tmp_path / f"s{i}" for i in range(2)]
+    for i, r in enumerate(runs):
+        write_fake_run(r, seed=i)
+        (r / "summary.json").write_text(json.dumps({"env_id": "CartPole-v1", "env_steps": 5000}))
+    argv = ["--stability-of", *map(str, runs), "--target-return", "60", "--floor", "30", "--json"]
+    assert bench.run(parse(argv)) == 0
+    r = json.loads(capsys.readouterr().out)
+    # write_fake_run's 100th and last episode completes the first full window: mean 69.5.
+    assert [x["seed"] for x in r["runs"]] == [0, 1]
+    assert all(x["steps_to_target"] is not None and x["env_steps"] == 5000 for x in r["runs"])
+    assert r["summary"]["reached"] == 2 and r["summary"]["floor"] == 30
+    with pytest.raises(ConfigError, match="not a finished a3c-ray run"):
+        bench.run(parse(["--stability-of", str(tmp_path / "none"), "--target-return", "1"]))

@@ -40,9 +40,8 @@ def test_two_workers_solve_cartpole_to_450_within_500k_steps(
     """Seeded CartPole-v1 with 2 Workers reaches a mean of 450 over the last 100 training episodes
     within 500k env steps, and the run directory holds what DESIGN.md promises.
 
-    The defaults need a median of 79k (docs/benchmarks.md); the margin covers the rare run whose
-    policy collapses for a while and recovers, which the Workers' asynchrony makes possible even
-    with a fixed seed."""
+    The defaults need a median of 107k and at most 142k over 10 seeds (docs/benchmarks.md); the
+    margin covers the Workers' asynchrony, which makes a run vary even with a fixed seed."""
     run_dir = tmp_path / "cp"
     cfg = Config()
     cfg.run.run_dir = str(run_dir)
