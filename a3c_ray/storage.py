@@ -111,47 +111,43 @@ class RunStorage:
             self.fs.get_file(self._remote(rel), str(local))
         return local
 
+    def download_dir(self, rel: str) -> Path:
+        """The local copy of the directory ``rel`` and every complete file in it."""
+        local = self.local / rel
+        if self.remote and self.has(rel):
+            assert self.fs is not None
+            for entry in self.fs.ls(self._remote(rel), detail=False):
+                name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+                if not name.endswith(".uploading") and not self.fs.isdir(entry):
+                    self.download(f"{rel}/{name}")
+        return local
+
     def download_checkpoints(self) -> Path:
         """The local checkpoints directory, holding every checkpoint and pointer of the run."""
-        local = self.local / "checkpoints"
-        if self.remote and self.has("checkpoints"):
-            assert self.fs is not None
-            for entry in self.fs.ls(self._remote("checkpoints"), detail=False):
-                name = str(entry).rstrip("/").rsplit("/", 1)[-1]
-                if not name.endswith(".uploading"):
-                    self.download(f"checkpoints/{name}")
-        return local
+        return self.download_dir("checkpoints")
 
 
 def fetch_checkpoint(uri: str) -> tuple[Path, str]:
     """A local copy of what a checkpoint URI names, for ``checkpoint.resolve``: a ``ckpt-*.pt``
     file, a ``latest``/``best`` pointer with the file it names, or a checkpoints or run directory
-    with every checkpoint in it; and the URI of the directory that holds those checkpoints.
-    Copies go to a directory of their own under the staging root."""
-    fs, path = fsspec.core.url_to_fs(uri)
+    with every checkpoint in it; and the URI of the directory that holds those checkpoints. The
+    copies are staged as a run directory's are."""
     base = uri.rstrip("/")
-    path = path.rstrip("/")
-    digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
-    local = staging_root() / "fetched" / digest
-    local.mkdir(parents=True, exist_ok=True)
+    parent, _, name = base.rpartition("/")
+    fs, path = fsspec.core.url_to_fs(base)
     if not fs.exists(path):
         raise FileNotFoundError(f"nothing at {uri}")
     if fs.isdir(path):
-        sub = fs.isdir(f"{path}/checkpoints")
-        directory = f"{path}/checkpoints" if sub else path
-        for entry in fs.ls(directory, detail=False):
-            name = str(entry).rstrip("/").rsplit("/", 1)[-1]
-            if not name.endswith(".uploading") and not fs.isdir(entry):
-                fs.get_file(entry, str(local / name))
-        return local, f"{base}/checkpoints" if sub else base
-    name = path.rsplit("/", 1)[-1]
-    fs.get_file(path, str(local / name))
+        if fs.isdir(f"{path}/checkpoints"):  # a run directory
+            return RunStorage(base).download_checkpoints(), f"{base}/checkpoints"
+        return RunStorage(parent).download_dir(name), base
+    storage = RunStorage(parent)
+    local = storage.download(name)
     if not name.endswith(".pt"):  # a pointer: fetch the checkpoint it names beside it
-        target = (local / name).read_text().strip()
-        parent = path.rsplit("/", 1)[0]
-        if "/" not in target and fs.exists(f"{parent}/{target}"):
-            fs.get_file(f"{parent}/{target}", str(local / target))
-    return local / name, base.rsplit("/", 1)[0]
+        target = local.read_text().strip()
+        if "/" not in target and storage.has(target):
+            storage.download(target)
+    return local, parent
 
 
 def describe(storage: RunStorage) -> dict[str, Any]:
