@@ -9,7 +9,8 @@ In one run it measures (see ``bench_measure``):
    Worker's time in env, forward, backward and waiting on Ray), for each N of ``--scaling``;
 
 and prints the ratio of (3) to (1) x N, and a model of where throughput stops growing with N.
-``--plot-runs`` instead draws the learning curves of finished training runs (``bench_plot``).
+``--plot-runs`` instead draws the learning curves of finished training runs (``bench_plot``), and
+``--seeds`` measures learning and keeping it over seeds (``bench_stability``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from a3c_ray import bench_measure as bm
+from a3c_ray import bench_stability as bs
 from a3c_ray.bench_report import format_report
 from a3c_ray.config import Config, ConfigError
 
@@ -37,21 +39,6 @@ def _counts(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"expected worker counts >= 1, got '{text}'")
     return counts
-
-
-def _seeds(text: str) -> int | list[int]:
-    """A count of seeds (``10``) or the seeds themselves (``3,21,23``)."""
-    try:
-        items = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a number of seeds or seeds like 3,21,23, got '{text}'"
-        ) from None
-    if "," not in text:
-        return items[0] if items else 0
-    if any(x < 0 for x in items):
-        raise argparse.ArgumentTypeError(f"seeds must be >= 0, got '{text}'")
-    return items
 
 
 def _levels(text: str) -> list[float]:
@@ -136,59 +123,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --plot-runs: plot each run against frames and hours with its evaluations, and "
         "print when it first reached each of these returns (e.g. 0,10,18 for Pong)",
     )
-    s = p.add_argument_group(
-        "stability (--seeds): train N seeds in turn, no target, and report whether each one "
-        "reached the target and kept it"
-    )
-    s.add_argument(
-        "--seeds",
-        type=_seeds,
-        metavar="N|S,S,...",
-        help="instead of throughput, train N seeds in turn (from --first-seed), or these seeds",
-    )
-    s.add_argument("--first-seed", type=int, default=0, help="the first of the N seeds (default 0)")
-    s.add_argument(
-        "--steps", type=float, metavar="S", help="env steps per seed (default: run.max_steps)"
-    )
-    s.add_argument(
-        "--time-limit", type=float, metavar="SECONDS", help="training seconds per seed, if sooner"
-    )
-    s.add_argument(
-        "--target-return",
-        type=float,
-        help="the mean return of the last 100 episodes that counts as learned (default: the "
-        "config's run.target_return, else the env's reward threshold, 475 for CartPole-v1)",
-    )
-    s.add_argument(
-        "--floor",
-        type=float,
-        help="a seed holds when its mean never falls below this after first reaching the target "
-        "(default: two thirds of the target)",
-    )
-    s.add_argument(
-        "--runs-dir", type=Path, help="keep each seed's run directory here (default: discarded)"
-    )
-    s.add_argument(
-        "--stability-of",
-        nargs="+",
-        type=Path,
-        metavar="RUN_DIR",
-        help="instead of training, read these finished runs (e.g. Ray jobs) as --seeds reads its own",
-    )
-    s.add_argument(
-        "--in-process",
-        action="store_true",
-        help="train the seeds without Ray: the Workers take turns against the ParameterServer in "
-        "this process (deterministic, one CPU; for sweeps of the algorithm)",
-    )
-    s.add_argument(
-        "--trace-every",
-        type=int,
-        default=0,
-        metavar="STEPS",
-        help="with --in-process: every STEPS env steps, what the ParameterServer saw (entropy, "
-        "value loss, gradient and step norms, staleness, short episodes)",
-    )
+    bs.add_arguments(p)
 
 
 def bench_config(args: argparse.Namespace) -> Config:
@@ -222,20 +157,7 @@ def bench_config(args: argparse.Namespace) -> Config:
     if args.time_limit is not None:
         cfg.set("run.time_limit", args.time_limit)
     if args.seeds is not None:
-        if isinstance(args.seeds, int) and args.seeds < 1:
-            problems.append(f"--seeds: must be >= 1, got {args.seeds}")
-        if args.first_seed < 0:
-            problems.append(f"--first-seed: must be >= 0, got {args.first_seed}")
-        if stability_target(cfg, args) is None:
-            problems.append(
-                f"--seeds needs --target-return: neither the config nor {cfg.env.id} sets one"
-            )
-        if args.trace_every < 0 or (args.trace_every and not args.in_process):
-            problems.append("--trace-every: needs --in-process and a number of env steps >= 1")
-        if args.in_process and args.runs_dir is not None:
-            problems.append("--runs-dir: an --in-process run writes no run directory")
-        if args.runs_dir is not None and args.runs_dir.exists() and any(args.runs_dir.iterdir()):
-            problems.append(f"--runs-dir: {args.runs_dir} is not empty; choose a new directory")
+        problems += bs.problems(cfg, args)
     for name in ("repeat", "in_flight"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')}: must be >= 1")
@@ -428,65 +350,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def stability_target(cfg: Config, args: argparse.Namespace) -> float | None:
-    """--target-return, else the config's run.target_return, else the env's reward threshold."""
-    if args.target_return is not None:
-        return float(args.target_return)
-    if cfg.run.target_return is not None:
-        return cfg.run.target_return
-    import gymnasium
-
-    try:
-        threshold = gymnasium.spec(cfg.env.id).reward_threshold
-    except gymnasium.error.Error:
-        return None
-    return None if threshold is None else float(threshold)
-
-
-def read_stability(args: argparse.Namespace) -> int:
-    """``--stability-of RUN_DIR...``: the stability table of runs that have already finished."""
-    from a3c_ray import bench_stability as bs
-
-    runs = [bs.read_run(Path(d)) for d in args.stability_of]
-    cfg = Config.load(Path(args.stability_of[0]) / "config.yaml")
-    target = stability_target(cfg, args)
-    if target is None:
-        raise ConfigError([f"--stability-of needs --target-return: {cfg.env.id} sets none"])
-    floor = args.floor if args.floor is not None else 2.0 * target / 3.0
-    results = [bs.result_of(r, target, floor) for r in runs]
-    report = bs.report(cfg, results, target, floor, in_process=False)
-    print(json.dumps(report) if args.json else bs.format_report(report))
-    return 0
-
-
-def run_stability(cfg: Config, args: argparse.Namespace) -> int:
-    """``--seeds N``: train N seeds in turn and report how each learned and held (bench_stability)."""
-    import sys
-
-    from a3c_ray import bench_stability as bs
-
-    target = stability_target(cfg, args)
-    assert target is not None  # bench_config checked
-    floor = args.floor if args.floor is not None else 2.0 * target / 3.0
-    seeds = (
-        list(args.seeds)
-        if isinstance(args.seeds, list)
-        else list(range(args.first_seed, args.first_seed + args.seeds))
-    )
-
-    def echo(r: bs.SeedResult) -> None:
-        print(bs.format_row(r), file=sys.stderr, flush=True)  # progress, whatever the output
-
-    if args.in_process:
-        report = bs.measure_in_process(cfg, seeds, target, floor, args.trace_every, echo)
-    else:
-        report = bs.measure(
-            cfg, seeds, target, floor, args.runs_dir, args.address, args.dashboard_port, echo
-        )
-    print(json.dumps(report) if args.json else bs.format_report(report))
-    return 0
-
-
 def plot(args: argparse.Namespace) -> int:
     """``--plot-runs``: learning curves of finished runs; ``--levels``: one run against frames and
     hours, with its evaluations and when it first reached each level."""
@@ -511,10 +374,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot_runs:
         return plot(args)
     if args.stability_of:
-        return read_stability(args)
+        return bs.read_stability(args)
     cfg = bench_config(args)
     if args.seeds is not None:
-        return run_stability(cfg, args)
+        return bs.run_stability(cfg, args)
     counts = sorted({*(args.scaling or []), cfg.run.workers})
     report = measure(cfg, counts, args)
     print(json.dumps(report) if args.json else format_report(report))

@@ -87,3 +87,52 @@ def format_report(r: dict[str, Any]) -> str:
         f"ratio: {r['ratio']:.2f} of the raw limit x {s['workers']} Workers",
     ]
     return "\n".join(lines)
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def format_seed_row(r: dict[str, Any]) -> str:
+    """One seed of ``--seeds``, a row of the stability table."""
+    steps = "-" if r["steps_to_target"] is None else f"{r['steps_to_target'] / 1e3:.0f}k"
+    return (
+        f"| {r['seed']} | {steps} | {_num(r['seconds_to_target'], '.1f')} "
+        f"| {_num(r['final_mean'], '.1f')} | {_num(r['low_after_target'], '.1f')} "
+        f"| {'yes' if r['held'] else 'no'} | {r['env_steps'] / 1e3:.0f}k "
+        f"| {r['train_seconds']:.0f} |"
+    )
+
+
+STABILITY_HEADER = (
+    "| seed | steps to target | s to target | final mean | lowest after target | held "
+    "| env steps | train s |\n|---|---|---|---|---|---|---|---|"
+)
+
+
+def format_stability(report: dict[str, Any]) -> str:
+    """The report of ``--seeds``: a row per seed, the counts and the medians."""
+    s, st = report["summary"], report["settings"]
+    rows = [format_seed_row(r) for r in report["runs"]]
+    where = "in one process" if st.get("in_process") else "on Ray"
+    lines = [
+        f"stability of {st['env']}: {s['seeds']} seeds x {st['steps']:,} env steps, "
+        f"{st['workers']} Workers {where}, {st['optimizer']} lr {st['lr']:g}, "
+        f"{st['envs_per_worker']} envs x t_max {st['t_max']}",
+        STABILITY_HEADER,
+        *rows,
+        "",
+        f"target {s['target']:g}, floor {s['floor']:g}: reached {s['reached']}/{s['seeds']}, "
+        f"final >= target {s['final_at_target']}/{s['seeds']}, held (never below the floor "
+        f"after the target) {s['held']}/{s['seeds']}, kept (held and final >= target) "
+        f"{s['kept']}/{s['seeds']}",
+        f"median to target: {_num(s['median_steps_to_target'], ',.0f')} env steps, "
+        f"{_num(s['median_seconds_to_target'], '.1f')} s of training; "
+        f"median final mean {_num(s['median_final_mean'], '.1f')}",
+    ]
+    for r in report["runs"]:
+        if r.get("trace"):
+            from a3c_ray.bench_inprocess import format_trace
+
+            lines += ["", f"seed {r['seed']}, every window:", format_trace(r["trace"])]
+    return "\n".join(lines)

@@ -11,7 +11,10 @@ above. A fast time to target bought with a collapse afterwards shows up here, no
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from a3c_ray.config import Config
+from a3c_ray.bench_report import format_seed_row, format_stability
+from a3c_ray.config import Config, ConfigError
 
 
 @dataclass
@@ -99,9 +103,8 @@ def summarize(results: list[SeedResult], target: float, floor: float) -> dict[st
     }
 
 
-def train_seed(cfg: Config, seed: int, run_dir: Path) -> tuple[dict[str, Any], Path]:
-    """One whole run of ``cfg`` with ``seed`` on the connected Ray; its summary and directory."""
-    import json
+def train_seed(cfg: Config, seed: int, run_dir: Path) -> None:
+    """One whole run of ``cfg`` with ``seed`` on the connected Ray, into ``run_dir``."""
     import time
 
     from tqdm import tqdm
@@ -123,7 +126,6 @@ def train_seed(cfg: Config, seed: int, run_dir: Path) -> tuple[dict[str, Any], P
     if run.errors:
         raise RuntimeError("; ".join(run.errors))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    return summary, run_dir
 
 
 @dataclass
@@ -138,10 +140,7 @@ class FinishedRun:
 
 def read_run(run_dir: Path) -> FinishedRun:
     """A finished run's seed, summary and per-episode means (from its TensorBoard episodes)."""
-    import json
-
     from a3c_ray.bench_plot import load_curve
-    from a3c_ray.config import ConfigError
 
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -241,7 +240,8 @@ def measure(
     base = runs_dir if runs_dir is not None else Path(tmp.name)  # type: ignore[union-attr]
     try:
         for seed in seeds:
-            _, run_dir = train_seed(cfg, seed, base / f"seed-{seed}")
+            run_dir = base / f"seed-{seed}"
+            train_seed(cfg, seed, run_dir)
             r = result_of(read_run(run_dir), target, floor)
             r.run_dir = str(run_dir) if runs_dir is not None else None
             results.append(r)
@@ -255,47 +255,151 @@ def measure(
     return report(cfg, results, target, floor, in_process=False)
 
 
-def _num(x: float | None, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
-
-
-def format_row(r: SeedResult) -> str:
-    steps = "-" if r.steps_to_target is None else f"{r.steps_to_target / 1e3:.0f}k"
-    return (
-        f"| {r.seed} | {steps} | {_num(r.seconds_to_target, '.1f')} | {_num(r.final_mean, '.1f')} "
-        f"| {_num(r.low_after_target, '.1f')} | {'yes' if r.held else 'no'} "
-        f"| {r.env_steps / 1e3:.0f}k | {r.train_seconds:.0f} |"
+# -- the command line: `a3c-ray bench --seeds ...` and `--stability-of ...` ----------------------
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    s = p.add_argument_group(
+        "stability (--seeds): train N seeds in turn, no target, and report whether each one "
+        "reached the target and kept it"
+    )
+    s.add_argument(
+        "--seeds",
+        type=_seeds,
+        metavar="N|S,S,...",
+        help="instead of throughput, train N seeds in turn (from --first-seed), or these seeds",
+    )
+    s.add_argument("--first-seed", type=int, default=0, help="the first of the N seeds (default 0)")
+    s.add_argument(
+        "--steps", type=float, metavar="S", help="env steps per seed (default: run.max_steps)"
+    )
+    s.add_argument(
+        "--time-limit", type=float, metavar="SECONDS", help="training seconds per seed, if sooner"
+    )
+    s.add_argument(
+        "--target-return",
+        type=float,
+        help="the mean return of the last 100 episodes that counts as learned (default: the "
+        "config's run.target_return, else the env's reward threshold, 475 for CartPole-v1)",
+    )
+    s.add_argument(
+        "--floor",
+        type=float,
+        help="a seed holds when its mean never falls below this after first reaching the target "
+        "(default: two thirds of the target)",
+    )
+    s.add_argument(
+        "--runs-dir", type=Path, help="keep each seed's run directory here (default: discarded)"
+    )
+    s.add_argument(
+        "--stability-of",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="instead of training, read these finished runs (e.g. Ray jobs) as --seeds reads its own",
+    )
+    s.add_argument(
+        "--in-process",
+        action="store_true",
+        help="train the seeds without Ray: the Workers take turns against the ParameterServer in "
+        "this process (deterministic, one CPU; for sweeps of the algorithm)",
+    )
+    s.add_argument(
+        "--trace-every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="with --in-process: every STEPS env steps, what the ParameterServer saw (entropy, "
+        "value loss, gradient and step norms, staleness, short episodes)",
     )
 
 
-HEADER = (
-    "| seed | steps to target | s to target | final mean | lowest after target | held "
-    "| env steps | train s |\n|---|---|---|---|---|---|---|---|"
-)
+def _seeds(text: str) -> int | list[int]:
+    """A count of seeds (``10``) or the seeds themselves (``3,21,23``)."""
+    try:
+        items = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seeds or seeds like 3,21,23, got '{text}'"
+        ) from None
+    if "," not in text:
+        return items[0] if items else 0
+    if any(x < 0 for x in items):
+        raise argparse.ArgumentTypeError(f"seeds must be >= 0, got '{text}'")
+    return items
 
 
-def format_report(report: dict[str, Any]) -> str:
-    s, st = report["summary"], report["settings"]
-    rows = [format_row(SeedResult(**r)) for r in report["runs"]]
-    where = "in one process" if st.get("in_process") else "on Ray"
-    lines = [
-        f"stability of {st['env']}: {s['seeds']} seeds x {st['steps']:,} env steps, "
-        f"{st['workers']} Workers {where}, {st['optimizer']} lr {st['lr']:g}, "
-        f"{st['envs_per_worker']} envs x t_max {st['t_max']}",
-        HEADER,
-        *rows,
-        "",
-        f"target {s['target']:g}, floor {s['floor']:g}: reached {s['reached']}/{s['seeds']}, "
-        f"final >= target {s['final_at_target']}/{s['seeds']}, held (never below the floor "
-        f"after the target) {s['held']}/{s['seeds']}, kept (held and final >= target) "
-        f"{s['kept']}/{s['seeds']}",
-        f"median to target: {_num(s['median_steps_to_target'], ',.0f')} env steps, "
-        f"{_num(s['median_seconds_to_target'], '.1f')} s of training; "
-        f"median final mean {_num(s['median_final_mean'], '.1f')}",
-    ]
-    for r in report["runs"]:
-        if r.get("trace"):
-            from a3c_ray.bench_inprocess import format_trace
+def problems(cfg: Config, args: argparse.Namespace) -> list[str]:
+    """What is wrong with the ``--seeds`` flags, every problem at once."""
+    out: list[str] = []
+    if isinstance(args.seeds, int) and args.seeds < 1:
+        out.append(f"--seeds: must be >= 1, got {args.seeds}")
+    if args.first_seed < 0:
+        out.append(f"--first-seed: must be >= 0, got {args.first_seed}")
+    if stability_target(cfg, args) is None:
+        out.append(f"--seeds needs --target-return: neither the config nor {cfg.env.id} sets one")
+    if args.trace_every < 0 or (args.trace_every and not args.in_process):
+        out.append("--trace-every: needs --in-process and a number of env steps >= 1")
+    if args.in_process and args.runs_dir is not None:
+        out.append("--runs-dir: an --in-process run writes no run directory")
+    if args.runs_dir is not None and args.runs_dir.exists() and any(args.runs_dir.iterdir()):
+        out.append(f"--runs-dir: {args.runs_dir} is not empty; choose a new directory")
+    return out
 
-            lines += ["", f"seed {r['seed']}, every window:", format_trace(r["trace"])]
-    return "\n".join(lines)
+
+def default_floor(target: float, floor: float | None) -> float:
+    """``--floor``, else two thirds of the target."""
+    return floor if floor is not None else 2.0 * target / 3.0
+
+
+def stability_target(cfg: Config, args: argparse.Namespace) -> float | None:
+    """--target-return, else the config's run.target_return, else the env's reward threshold."""
+    if args.target_return is not None:
+        return float(args.target_return)
+    if cfg.run.target_return is not None:
+        return cfg.run.target_return
+    import gymnasium
+
+    try:
+        threshold = gymnasium.spec(cfg.env.id).reward_threshold
+    except gymnasium.error.Error:
+        return None
+    return None if threshold is None else float(threshold)
+
+
+def read_stability(args: argparse.Namespace) -> int:
+    """``--stability-of RUN_DIR...``: the stability table of runs that have already finished."""
+    runs = [read_run(Path(d)) for d in args.stability_of]
+    cfg = Config.load(Path(args.stability_of[0]) / "config.yaml")
+    target = stability_target(cfg, args)
+    if target is None:
+        raise ConfigError([f"--stability-of needs --target-return: {cfg.env.id} sets none"])
+    floor = default_floor(target, args.floor)
+    results = [result_of(r, target, floor) for r in runs]
+    out = report(cfg, results, target, floor, in_process=False)
+    print(json.dumps(out) if args.json else format_stability(out))
+    return 0
+
+
+def run_stability(cfg: Config, args: argparse.Namespace) -> int:
+    """``--seeds N``: train N seeds in turn and report how each learned and held (bench_stability)."""
+    target = stability_target(cfg, args)
+    assert target is not None  # bench_config checked
+    floor = default_floor(target, args.floor)
+    seeds = (
+        list(args.seeds)
+        if isinstance(args.seeds, list)
+        else list(range(args.first_seed, args.first_seed + args.seeds))
+    )
+
+    def echo(r: SeedResult) -> None:
+        print(
+            format_seed_row(asdict(r)), file=sys.stderr, flush=True
+        )  # progress, whatever the output
+
+    if args.in_process:
+        out = measure_in_process(cfg, seeds, target, floor, args.trace_every, echo)
+    else:
+        out = measure(
+            cfg, seeds, target, floor, args.runs_dir, args.address, args.dashboard_port, echo
+        )
+    print(json.dumps(out) if args.json else format_stability(out))
+    return 0

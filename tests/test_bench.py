@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from a3c_ray import bench
+from a3c_ray import bench, bench_stability
 from a3c_ray import bench_measure as bm
 from a3c_ray.bench_plot import episode_seconds, moving_mean
 from a3c_ray.config import Config, ConfigError
@@ -354,7 +354,8 @@ def test_seed_result_needs_a_full_window_of_100_episodes() -> None:
 
 
 def test_stability_summary_counts_and_medians() -> None:
-    from a3c_ray.bench_stability import SeedResult, format_report, summarize
+    from a3c_ray.bench_report import format_stability
+    from a3c_ray.bench_stability import SeedResult, summarize
 
     runs = [
         SeedResult(0, 500, 10.0, 80_000, 15.0, 500.0, 420.0, True, True),
@@ -379,7 +380,7 @@ def test_stability_summary_counts_and_medians() -> None:
         "runs": [vars(r) for r in runs],
         "summary": s,
     }
-    text = format_report(report)
+    text = format_stability(report)
     assert "| 1 | 100k | 19.0 | 9.4 | 9.4 | no |" in text
     assert "| 2 | - | - | 120.0 | - | no |" in text
     assert "held (never below the floor after the target) 1/3" in text
@@ -402,11 +403,14 @@ def test_stability_bad_input_is_reported_all_at_once(tmp_path: Path) -> None:
 
 def test_stability_target_falls_back_to_the_envs_reward_threshold() -> None:
     args = parse(["--seeds", "2"])
-    assert bench.stability_target(Config(), args) == 475.0  # CartPole-v1's spec
+    assert bench_stability.stability_target(Config(), args) == 475.0  # CartPole-v1's spec
     cfg = Config()
     cfg.run.target_return = 450
-    assert bench.stability_target(cfg, args) == 450
-    assert bench.stability_target(cfg, parse(["--seeds", "2", "--target-return", "200"])) == 200
+    assert bench_stability.stability_target(cfg, args) == 450
+    assert (
+        bench_stability.stability_target(cfg, parse(["--seeds", "2", "--target-return", "200"]))
+        == 200
+    )
 
 
 @pytest.mark.ray
