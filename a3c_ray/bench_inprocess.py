@@ -83,10 +83,9 @@ def train(cfg: Config, workers: int, trace_every: int = 0) -> InProcessRun:
             window_max = max(window_max, float(np.linalg.norm(p.grad)))
             if c.algo.overlap_push and waiting[i] is not None:
                 w.handle_reply(waiting[i])
+            # The server hands out a fresh array per version and set_weights copies it into the
+            # Worker's model, so replies can be shared as they are.
             reply = ps.push(p)
-            # The server's weights buffer is its own: a Worker keeps a copy, as over Ray.
-            if reply.weights is not None:
-                reply = reply._replace(weights=np.array(reply.weights))
             if c.algo.overlap_push:
                 waiting[i] = reply
             else:
