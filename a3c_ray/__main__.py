@@ -1,5 +1,5 @@
 import sys
 
-from a3c_ray.cli import main
+from a3c_ray.commands.cli import main
 
 sys.exit(main())

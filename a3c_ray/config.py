@@ -314,7 +314,7 @@ class Config:
             f"run.restart_backoff: must be >= 0 seconds, got {r.restart_backoff}",
         )
         if check_env:
-            from a3c_ray.envs import check_env_id
+            from a3c_ray.envs.make import check_env_id
 
             problem = check_env_id(e.id)
             if problem:

@@ -60,7 +60,7 @@ def named_actor(suffix: str, run_dir: os.PathLike[str] | str, timeout: float = 6
 
     import ray
 
-    from a3c_ray.remote import NAMESPACE
+    from a3c_ray.runtime.remote import NAMESPACE
 
     prefix = os.path.basename(str(run_dir))
     deadline = time.monotonic() + timeout

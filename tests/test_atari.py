@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from a3c_ray.algo.models import build_model, get_flat_params
+from a3c_ray.algo.worker import Worker
+from a3c_ray.commands.evaluate import env_config_from_checkpoint
 from a3c_ray.config import Config, EnvConfig
-from a3c_ray.envs import (
+from a3c_ray.envs.make import (
     FRAME_SKIP,
     NOOP_MAX,
     check_env_id,
@@ -20,9 +23,6 @@ from a3c_ray.envs import (
     make_eval_env,
     make_vector_env,
 )
-from a3c_ray.evaluate import env_config_from_checkpoint
-from a3c_ray.models import build_model, get_flat_params
-from a3c_ray.worker import Worker
 
 PONG = "ALE/Pong-v5"
 # Space Invaders scores 5 to 30 points per alien and has 3 lives: both training-only rules show.
@@ -222,9 +222,9 @@ def pong_config(run_dir: Path, lstm: bool) -> Config:
 def test_short_pong_run_checkpoints_and_evaluates(
     ray_session: None, tmp_path: Path, lstm: bool
 ) -> None:
-    from a3c_ray.checkpoint import load_checkpoint
-    from a3c_ray.driver import train
-    from a3c_ray.evaluate import evaluate_checkpoint, model_from_checkpoint
+    from a3c_ray.commands.evaluate import evaluate_checkpoint, model_from_checkpoint
+    from a3c_ray.rundir.checkpoint import load_checkpoint
+    from a3c_ray.runtime.driver import train
 
     cfg = pong_config(tmp_path / "pong", lstm)
     result = train(cfg)
@@ -250,8 +250,8 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
     ref, so Workers read shared memory instead of each getting its own serialized copy."""
     import ray
 
-    from a3c_ray import parameter_server as ps_mod
-    from a3c_ray.remote import resolve
+    from a3c_ray.algo import parameter_server as ps_mod
+    from a3c_ray.runtime.remote import resolve
 
     class Spy(ps_mod.ParameterServer):
         """The plain ParameterServer with the attributes the actor's push expects."""
@@ -322,7 +322,7 @@ def test_config_names_resolve_to_shipped_files_and_paths_pass_through(tmp_path: 
 
 
 def test_bench_figures_measure_the_emulator_the_env_and_the_costs(tmp_path: Path) -> None:
-    from a3c_ray import atari_bench
+    from a3c_ray.runtime import atari_bench
 
     assert atari_bench.raw_ale_fps(PONG, frames=2_000) > 0
     cfg = atari_bench.bench_config(PONG, 2, 10.0, False, 2, tmp_path)

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from a3c_ray import bench, bench_stability
-from a3c_ray import bench_measure as bm
-from a3c_ray.bench_plot import episode_seconds, moving_mean
+from a3c_ray.commands import bench, bench_stability
+from a3c_ray.commands.bench_plot import episode_seconds, moving_mean
 from a3c_ray.config import Config, ConfigError
+from a3c_ray.runtime import bench_measure as bm
 
 TINY = ["--workers", "1", "--envs-per-worker", "2", "--seconds", "1.5"]
 TINY += ["--raw-seconds", "0.5", "--ps-seconds", "0.5", "--in-flight", "4"]
@@ -161,7 +161,7 @@ def test_episode_seconds_interpolate_the_ticks_and_skip_startup_and_final_ticks(
 def write_fake_run(run_dir: Path, seed: int) -> None:
     from tensorboardX import SummaryWriter
 
-    from a3c_ray import metrics as M
+    from a3c_ray.runtime import metrics as M
 
     w = SummaryWriter(str(run_dir / "tb"))
     for tick in range(1, 6):
@@ -194,7 +194,7 @@ def test_plot_with_levels_draws_one_run_against_frames_and_hours_with_its_evalua
 ) -> None:
     from tensorboardX import SummaryWriter
 
-    from a3c_ray import metrics as M
+    from a3c_ray.runtime import metrics as M
 
     run = tmp_path / "pong"
     w = SummaryWriter(str(run / "tb"))
@@ -305,7 +305,7 @@ def test_raw_limit_in_parallel_runs_one_loop_per_process_at_once() -> None:
 
 
 def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:
-    from a3c_ray.bench_report import _parallel_line
+    from a3c_ray.commands.bench_report import _parallel_line
 
     assert _parallel_line({"env_steps_per_second": 100.0}) == []
     (line,) = _parallel_line(
@@ -322,7 +322,7 @@ def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:
 
 # -- stability (--seeds) ------------------------------------------------------------------------
 def test_seed_result_reads_first_target_lowest_after_it_and_final() -> None:
-    from a3c_ray.bench_stability import seed_result
+    from a3c_ray.commands.bench_stability import seed_result
 
     means = np.array([10.0] * 99 + [300, 460, 470, 320, 480, 455])
     steps = np.arange(len(means)) * 100.0
@@ -345,7 +345,7 @@ def test_seed_result_reads_first_target_lowest_after_it_and_final() -> None:
 
 
 def test_seed_result_needs_a_full_window_of_100_episodes() -> None:
-    from a3c_ray.bench_stability import seed_result
+    from a3c_ray.commands.bench_stability import seed_result
 
     means = np.array([500.0] * 99)  # 99 perfect episodes: not yet a mean of the last 100
     r = seed_result(0, np.arange(99.0), np.arange(99.0), means, 450, 300, 99, 1.0)
@@ -354,8 +354,8 @@ def test_seed_result_needs_a_full_window_of_100_episodes() -> None:
 
 
 def test_stability_summary_counts_and_medians() -> None:
-    from a3c_ray.bench_report import format_stability
-    from a3c_ray.bench_stability import SeedResult, summarize
+    from a3c_ray.commands.bench_report import format_stability
+    from a3c_ray.commands.bench_stability import SeedResult, summarize
 
     runs = [
         SeedResult(0, 500, 10.0, 80_000, 15.0, 500.0, 420.0, True, True),
@@ -455,7 +455,7 @@ def test_bench_seeds_trains_each_seed_without_stopping_at_the_target(
 def test_in_process_training_is_deterministic_and_traces_every_window() -> None:
     """Without Ray the same seed gives the same episodes twice; with the overlapped push two
     Workers' gradients are 3 versions stale, as on Ray; every window is traced."""
-    from a3c_ray.bench_inprocess import format_trace, train
+    from a3c_ray.algo.inprocess import format_trace, train
 
     cfg = Config()
     cfg.env.num_envs, cfg.run.max_steps, cfg.run.seed = 4, 6_000, 3

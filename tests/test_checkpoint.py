@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-import a3c_ray.checkpoint as ckpt
-from a3c_ray.checkpoint import (
+import a3c_ray.rundir.checkpoint as ckpt
+from a3c_ray.rundir.checkpoint import (
     FORMAT,
     CheckpointError,
     CheckpointManager,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from a3c_ray.cli import main
+from a3c_ray.commands.cli import main
 
 
 def snapshot(d: Path) -> dict[str, bytes]:
@@ -138,8 +138,8 @@ def test_help_lists_the_train_flags() -> None:
 def test_dashboard_open_to_the_network_is_warned_about(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
-    from a3c_ray import driver
     from a3c_ray.config import Config
+    from a3c_ray.runtime import driver
 
     calls: list[dict[str, object]] = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)

@@ -19,7 +19,7 @@ import pytest
 import ray.autoscaler
 import yaml
 
-from a3c_ray.submit import DEFAULT_EXCLUDES
+from a3c_ray.commands.submit import DEFAULT_EXCLUDES
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "cluster"
@@ -107,7 +107,7 @@ def test_rayjob_manifest_has_the_fields_kuberay_requires() -> None:
 
 
 def test_rayjob_entrypoint_parses_as_a3c_ray_train() -> None:
-    from a3c_ray.submit import build_entrypoint
+    from a3c_ray.commands.submit import build_entrypoint
 
     entrypoint = " ".join(load("rayjob.yaml")["spec"]["entrypoint"].split())
     args = entrypoint.split()[4:]
@@ -285,7 +285,7 @@ def test_cluster_doc_commands_use_real_files_flags_and_train_arguments() -> None
     import argparse
     import shlex
 
-    from a3c_ray.submit import add_arguments, build_entrypoint
+    from a3c_ray.commands.submit import add_arguments, build_entrypoint
 
     commands = doc_commands()
     submits = [c for c in commands if c.startswith("a3c-ray submit")]
@@ -325,4 +325,4 @@ def test_the_declared_gymnasium_has_the_vector_api_the_envs_use() -> None:
     )
     (spec,) = re.findall(r'^\s*"gymnasium>=([0-9.]+)', block, flags=re.M)
     assert tuple(int(x) for x in spec.split(".")) >= (1, 1)
-    assert "AutoresetMode" in (ROOT / "a3c_ray" / "envs.py").read_text()
+    assert "AutoresetMode" in (ROOT / "a3c_ray" / "envs" / "make.py").read_text()

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import ray
 
-from a3c_ray.checkpoint import list_checkpoints, load_checkpoint
-from a3c_ray.driver import train
+from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
+from a3c_ray.runtime.driver import train
 
 from .conftest import named_actor, small_config, wait_for
 

@@ -1,6 +1,6 @@
 """`a3c-ray submit` and Ray jobs on a local multi-node cluster.
 
-The fast tests drive ``a3c_ray.submit.run`` against a stand-in for JobSubmissionClient. The
+The fast tests drive ``a3c_ray.commands.submit.run`` against a stand-in for JobSubmissionClient. The
 end-to-end test starts a head and two worker nodes with cluster/local.sh (127.0.0.10-12, token
 auth), submits a short CartPole run through the Jobs API over HTTP, and stops the cluster however
 the test ends. It never calls ray.init in this process.
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from a3c_ray import submit
+from a3c_ray.commands import submit
 from a3c_ray.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

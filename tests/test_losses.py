@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from a3c_ray.losses import LossOutput, actor_critic_loss
+from a3c_ray.algo.losses import LossOutput, actor_critic_loss
 
 N, A = 5, 3
 

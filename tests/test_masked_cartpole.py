@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from a3c_ray.algo.models import build_model, get_flat_params
+from a3c_ray.algo.parameter_server import ParameterServer
+from a3c_ray.algo.worker import Worker
 from a3c_ray.config import Config
-from a3c_ray.envs import MASKED_CARTPOLE_ID, env_spaces
-from a3c_ray.models import build_model, get_flat_params
-from a3c_ray.parameter_server import ParameterServer
-from a3c_ray.worker import Worker
+from a3c_ray.envs.make import MASKED_CARTPOLE_ID, env_spaces
 
 STEPS = 320_000
 THRESHOLD = 100.0

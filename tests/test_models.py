@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from a3c_ray.config import Config, ModelConfig
-from a3c_ray.envs import env_spaces
-from a3c_ray.evaluation import run_episodes
-from a3c_ray.models import (
+from a3c_ray.algo.evaluation import run_episodes
+from a3c_ray.algo.models import (
     ActorCritic,
     build_model,
     get_flat_params,
@@ -20,7 +18,9 @@ from a3c_ray.models import (
     resolve_kind,
     set_flat_params,
 )
-from a3c_ray.worker import Worker
+from a3c_ray.algo.worker import Worker
+from a3c_ray.config import Config, ModelConfig
+from a3c_ray.envs.make import env_spaces
 
 
 def conv_params(c_in: int, c_out: int, k: int) -> int:

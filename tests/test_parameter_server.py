@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from a3c_ray.algo.parameter_server import GradientPush, ParameterServer
 from a3c_ray.config import Config
-from a3c_ray.parameter_server import GradientPush, ParameterServer
 
 N = 10
 META = {"env_id": "CartPole-v1", "model": {}, "obs_shape": [4], "n_actions": 2}
@@ -149,7 +149,7 @@ def test_wrong_gradient_size_is_an_error() -> None:
 
 
 def test_restore_refuses_a_checkpoint_of_another_env_or_model_shape(tmp_path: Path) -> None:
-    from a3c_ray.checkpoint import CheckpointError, CheckpointManager
+    from a3c_ray.rundir.checkpoint import CheckpointError, CheckpointManager
 
     other = make_ps()
     other.meta["env_id"] = "Acrobot-v1"
@@ -165,7 +165,7 @@ def test_restore_refuses_a_checkpoint_of_another_env_or_model_shape(tmp_path: Pa
 
 
 def test_restore_continues_from_the_newest_good_checkpoint(tmp_path: Path) -> None:
-    from a3c_ray.checkpoint import CheckpointManager
+    from a3c_ray.rundir.checkpoint import CheckpointManager
 
     ps = make_ps()
     mgr = CheckpointManager(tmp_path)
@@ -210,7 +210,7 @@ def test_a_checkpoint_without_the_reasons_restores_its_total() -> None:
 def test_an_unknown_optimizer_is_refused_not_replaced_by_adam() -> None:
     import torch
 
-    from a3c_ray.parameter_server import make_optimizer
+    from a3c_ray.algo.parameter_server import make_optimizer
 
     cfg = Config()
     cfg.algo.optimizer = "sgd"

@@ -3,7 +3,7 @@
 The reference below walks each env and each step t forward, summing gamma^(i-t) r_i until the
 episode ends (termination: tail 0; truncation: bootstrap gamma^(n) V(final_obs)) or the rollout
 ends (bootstrap gamma^(T-t) V(s_T)), exactly as written in Mnih et al. 2016, Algorithm S3, and
-Schulman et al. 2016, eq. 16. It shares no code with ``a3c_ray.returns``.
+Schulman et al. 2016, eq. 16. It shares no code with ``a3c_ray.algo.returns``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from a3c_ray.returns import Targets, gae, next_values, nstep_returns
+from a3c_ray.algo.returns import Targets, gae, next_values, nstep_returns
 
 GAMMA = 0.9
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from a3c_ray.checkpoint import list_checkpoints, load_checkpoint
-from a3c_ray.cli import main
-from a3c_ray.driver import train
-from a3c_ray.storage import RunStorage, is_uri
+from a3c_ray.commands.cli import main
+from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
+from a3c_ray.rundir.storage import RunStorage, is_uri
+from a3c_ray.runtime.driver import train
 
 from .conftest import small_config
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from a3c_ray.cli import main
-from a3c_ray.driver import train
+from a3c_ray.commands.cli import main
+from a3c_ray.runtime.driver import train
 
 from .conftest import small_config
 

@@ -14,12 +14,12 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from a3c_ray import metrics as M
-from a3c_ray.checkpoint import list_checkpoints, load_checkpoint
-from a3c_ray.cli import main
+from a3c_ray.commands.cli import main
+from a3c_ray.commands.evaluate import evaluate_checkpoint
 from a3c_ray.config import Config
-from a3c_ray.driver import train
-from a3c_ray.evaluate import evaluate_checkpoint
+from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
+from a3c_ray.runtime import metrics as M
+from a3c_ray.runtime.driver import train
 
 from .conftest import free_port, small_config
 
@@ -125,8 +125,8 @@ def test_defaults_learn_cartpole_and_keep_it_for_400k_steps(
     defaults keep what they learn instead of collapsing after the first solve (the failure this
     guards against ended near 9, a policy that pushes one way). Over 16 runs on Ray
     (docs/benchmarks.md) the mean at 400k was 456-500; at 300k one of 16 was 447."""
-    from a3c_ray.bench_plot import load_curve
-    from a3c_ray.bench_stability import seed_result
+    from a3c_ray.commands.bench_plot import load_curve
+    from a3c_ray.commands.bench_stability import seed_result
 
     cfg = Config()
     cfg.run.run_dir = str(tmp_path / "cp")

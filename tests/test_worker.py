@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from a3c_ray.algo.models import build_model, get_flat_params, num_params
+from a3c_ray.algo.parameter_server import GradientPush, ParameterServer, PushReply
+from a3c_ray.algo.worker import Worker
 from a3c_ray.config import Config
-from a3c_ray.envs import env_spaces
-from a3c_ray.models import build_model, get_flat_params, num_params
-from a3c_ray.parameter_server import GradientPush, ParameterServer, PushReply
-from a3c_ray.worker import Worker
+from a3c_ray.envs.make import env_spaces
 
 
 def make_worker(index: int = 0, **overrides: object) -> Worker:

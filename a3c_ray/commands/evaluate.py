@@ -10,11 +10,11 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from a3c_ray.checkpoint import CheckpointError, load_checkpoint
+from a3c_ray.algo.evaluation import run_episodes, summarize
+from a3c_ray.algo.models import ActorCritic, build_model, num_params, set_flat_params
 from a3c_ray.config import ConfigError, EnvConfig, ModelConfig
-from a3c_ray.envs import check_env_id, is_atari, make_eval_env
-from a3c_ray.evaluation import run_episodes, summarize
-from a3c_ray.models import ActorCritic, build_model, num_params, set_flat_params
+from a3c_ray.envs.make import check_env_id, is_atari, make_eval_env
+from a3c_ray.rundir.checkpoint import CheckpointError, load_checkpoint
 
 
 def env_config_from_checkpoint(state: dict[str, Any]) -> EnvConfig:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from a3c_ray.bench_report import format_seed_row, format_stability
+from a3c_ray.commands.bench_report import format_seed_row, format_stability
 from a3c_ray.config import Config, ConfigError
 
 
@@ -109,7 +109,7 @@ def train_seed(cfg: Config, seed: int, run_dir: Path) -> None:
 
     from tqdm import tqdm
 
-    from a3c_ray import driver
+    from a3c_ray.runtime import driver
 
     c = Config.from_dict(cfg.to_dict())
     c.run.seed, c.run.progress = seed, False
@@ -140,7 +140,7 @@ class FinishedRun:
 
 def read_run(run_dir: Path) -> FinishedRun:
     """A finished run's seed, summary and per-episode means (from its TensorBoard episodes)."""
-    from a3c_ray.bench_plot import load_curve
+    from a3c_ray.commands.bench_plot import load_curve
 
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -175,7 +175,7 @@ def measure_in_process(
     echo: Any = None,
 ) -> dict[str, Any]:
     """Train every seed in turn in this process, without Ray (``bench_inprocess``)."""
-    from a3c_ray import bench_inprocess
+    from a3c_ray.algo import inprocess as bench_inprocess
 
     results = []
     for seed in seeds:
@@ -232,7 +232,7 @@ def measure(
     """Train every seed in turn on one Ray session; per-seed figures and the counts."""
     import ray
 
-    from a3c_ray.bench import connect
+    from a3c_ray.commands.bench import connect
 
     started = connect(cfg, cfg.run.workers or 1, address, dashboard_port)
     results: list[SeedResult] = []

@@ -12,9 +12,9 @@ from typing import Any, cast
 
 import ray
 
+from a3c_ray.commands.status import attach, detach, each_cluster, live_runs
 from a3c_ray.config import ConfigError
-from a3c_ray.remote import NAMESPACE
-from a3c_ray.status import attach, detach, each_cluster, live_runs
+from a3c_ray.runtime.remote import NAMESPACE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -27,14 +27,15 @@ from typing import Any
 import ray
 from tqdm import tqdm
 
-from a3c_ray import monitor as monitor_mod
-from a3c_ray import parameter_server as ps_mod
-from a3c_ray import worker as worker_mod
-from a3c_ray.checkpoint import atomic_write
+from a3c_ray.algo import parameter_server as ps_mod
+from a3c_ray.algo import worker as worker_mod
 from a3c_ray.config import Config
-from a3c_ray.envs import env_spaces
-from a3c_ray.metrics import DriverMetrics
-from a3c_ray.placement import (
+from a3c_ray.envs.make import env_spaces
+from a3c_ray.rundir import monitor as monitor_mod
+from a3c_ray.rundir.checkpoint import atomic_write
+from a3c_ray.rundir.storage import RunStorage
+from a3c_ray.runtime.metrics import DriverMetrics
+from a3c_ray.runtime.placement import (
     central_placement,
     check_run_dir,
     connect,
@@ -42,8 +43,7 @@ from a3c_ray.placement import (
     one_line,
     prepare_run_dir,
 )
-from a3c_ray.remote import NAMESPACE
-from a3c_ray.storage import RunStorage
+from a3c_ray.runtime.remote import NAMESPACE
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_BACKOFF_SECONDS = 60.0

@@ -20,7 +20,7 @@ from typing import Any
 import ray
 
 from a3c_ray.config import ConfigError
-from a3c_ray.remote import NAMESPACE
+from a3c_ray.runtime.remote import NAMESPACE
 
 CALL_TIMEOUT = 10.0
 

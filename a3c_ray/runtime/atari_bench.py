@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from a3c_ray.config import Config, EnvConfig
-from a3c_ray.envs import FRAME_SKIP, make_env, register_extra_envs
+from a3c_ray.envs.make import FRAME_SKIP, make_env, register_extra_envs
 
 
 @dataclass
@@ -118,10 +118,10 @@ def costs(cfg: Config, seconds: float = 10.0) -> Costs:
     """One Worker and the ParameterServer in this process, measured in CPU time for ``seconds``."""
     import torch
 
-    from a3c_ray.envs import env_spaces
-    from a3c_ray.models import build_model, get_flat_params
-    from a3c_ray.parameter_server import ParameterServer
-    from a3c_ray.worker import Worker
+    from a3c_ray.algo.models import build_model, get_flat_params
+    from a3c_ray.algo.parameter_server import ParameterServer
+    from a3c_ray.algo.worker import Worker
+    from a3c_ray.envs.make import env_spaces
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -190,7 +190,7 @@ def measure(
     Starts an embedded Ray unless one is connected or ``address`` names a cluster; the run
     directory is temporary.
     """
-    from a3c_ray.driver import train
+    from a3c_ray.runtime.driver import train
 
     raw = raw_ale_fps(env_id)
     with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
@@ -218,11 +218,11 @@ def measure(
 
 
 def main() -> None:
-    """``python -m a3c_ray.atari_bench [--workers N] [--seconds S] ...``: one JSON line of figures."""
+    """``python -m a3c_ray.runtime.atari_bench [--workers N] [--seconds S] ...``: one JSON line of figures."""
     import argparse
     import json
 
-    p = argparse.ArgumentParser(prog="python -m a3c_ray.atari_bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m a3c_ray.runtime.atari_bench", description=__doc__)
     p.add_argument("--env", default="ALE/Pong-v5")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seconds", type=float, default=60.0, help="of training on Ray")

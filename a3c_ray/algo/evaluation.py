@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from a3c_ray.models import ActorCritic
+from a3c_ray.algo.models import ActorCritic
 
 
 class Episode(NamedTuple):

@@ -21,9 +21,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from a3c_ray.checkpoint import CheckpointError, list_checkpoints, load_latest_good
+from a3c_ray.algo.stats import Window
 from a3c_ray.config import OPTIMIZERS, AlgoConfig, Config
-from a3c_ray.stats import Window
+from a3c_ray.rundir.checkpoint import CheckpointError, list_checkpoints, load_latest_good
 
 STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
 STOP_INTERRUPTED, STOP_ERROR = "interrupted", "error"
@@ -62,8 +62,8 @@ class PushReply(NamedTuple):
 
 def initial_params(cfg: Config, obs_shape: tuple[int, ...], n_actions: int) -> np.ndarray:
     """The run's initial weights, a function of the seed alone."""
-    from a3c_ray.envs import derive_seeds
-    from a3c_ray.models import build_model, get_flat_params
+    from a3c_ray.algo.models import build_model, get_flat_params
+    from a3c_ray.envs.make import derive_seeds
 
     torch.manual_seed(derive_seeds(cfg.run.seed, 0)[0])
     return get_flat_params(build_model(cfg.model, obs_shape, n_actions))
@@ -357,12 +357,12 @@ class _ParameterServerShell(ParameterServer):
     def __init__(self, cfg: Config, meta: dict[str, Any], run_dir: str, run: str):
         import ray
 
-        from a3c_ray.metrics import ParameterServerMetrics
-        from a3c_ray.remote import one_torch_thread
+        from a3c_ray.runtime.metrics import ParameterServerMetrics
+        from a3c_ray.runtime.remote import one_torch_thread
 
         one_torch_thread()
         init = initial_params(cfg, tuple(meta["obs_shape"]), int(meta["n_actions"]))
-        from a3c_ray.storage import RunStorage
+        from a3c_ray.rundir.storage import RunStorage
 
         # The run directory may be a URI: restore from this node's copy of its checkpoints.
         restore_dir = str(RunStorage(run_dir).download_checkpoints())
@@ -387,6 +387,6 @@ class _ParameterServerShell(ParameterServer):
 
 
 def remote_class() -> Any:
-    from a3c_ray.remote import actor_class
+    from a3c_ray.runtime.remote import actor_class
 
     return actor_class(_ParameterServerShell, "ParameterServer")

@@ -102,12 +102,12 @@ def register() -> None:
     """Register the fault-injection envs (CartPole-v1 inside already has its 500-step time limit)."""
     if FLAKY_ENV_ID not in gym.registry:
         gym.register(
-            FLAKY_ENV_ID, entry_point="a3c_ray.faults:FlakyCartPole", disable_env_checker=True
+            FLAKY_ENV_ID, entry_point="a3c_ray.envs.faults:FlakyCartPole", disable_env_checker=True
         )
     if BROKEN_ENV_ID not in gym.registry:  # every reset fails: a Worker that cannot start
         gym.register(
             BROKEN_ENV_ID,
-            entry_point="a3c_ray.faults:FlakyCartPole",
+            entry_point="a3c_ray.envs.faults:FlakyCartPole",
             kwargs={"fail_prob": 0.0, "reset_fail_prob": 1.0},
             disable_env_checker=True,
         )

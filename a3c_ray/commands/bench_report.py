@@ -132,7 +132,7 @@ def format_stability(report: dict[str, Any]) -> str:
     ]
     for r in report["runs"]:
         if r.get("trace"):
-            from a3c_ray.bench_inprocess import format_trace
+            from a3c_ray.algo.inprocess import format_trace
 
             lines += ["", f"seed {r['seed']}, every window:", format_trace(r["trace"])]
     return "\n".join(lines)

@@ -160,7 +160,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     is fetched first, and the checkpoint's ``path`` is then its URI."""
     remote_dir = None
     if "://" in str(path):
-        from a3c_ray.storage import fetch_checkpoint
+        from a3c_ray.rundir.storage import fetch_checkpoint
 
         try:
             path, remote_dir = fetch_checkpoint(str(path))

@@ -15,13 +15,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from a3c_ray.algo.losses import actor_critic_loss
+from a3c_ray.algo.models import State, build_model, get_flat_grad, set_flat_params
+from a3c_ray.algo.parameter_server import GradientPush, PushReply
+from a3c_ray.algo.returns import gae
 from a3c_ray.config import Config
-from a3c_ray.envs import derive_seeds, make_vector_env
-from a3c_ray.faults import count_failures
-from a3c_ray.losses import actor_critic_loss
-from a3c_ray.models import State, build_model, get_flat_grad, set_flat_params
-from a3c_ray.parameter_server import GradientPush, PushReply
-from a3c_ray.returns import gae
+from a3c_ray.envs.faults import count_failures
+from a3c_ray.envs.make import derive_seeds, make_vector_env
 
 
 class Rollout(NamedTuple):
@@ -279,7 +279,7 @@ class Worker:
 
 class _WorkerShell(Worker):
     def __init__(self, *args: Any, **kwargs: Any):
-        from a3c_ray.remote import one_torch_thread
+        from a3c_ray.runtime.remote import one_torch_thread
 
         one_torch_thread()
         Worker.__init__(self, *args, **kwargs)
@@ -293,7 +293,7 @@ class _WorkerShell(Worker):
         """Pull the newest weights from the ParameterServer actor ``ps``, then train until it says stop."""
         import ray
 
-        from a3c_ray.remote import resolve
+        from a3c_ray.runtime.remote import resolve
 
         weights, version, lineage = ray.get(ps.get_weights.remote())
         self.set_weights(resolve(weights), version, lineage)
@@ -314,6 +314,6 @@ class _WorkerShell(Worker):
 
 
 def remote_class() -> Any:
-    from a3c_ray.remote import actor_class
+    from a3c_ray.runtime.remote import actor_class
 
     return actor_class(_WorkerShell, "Worker")

@@ -25,8 +25,8 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.vector import AutoresetMode
 
 from a3c_ray.config import EnvConfig
-from a3c_ray.faults import RecreateOnError
-from a3c_ray.faults import register as register_fault_envs
+from a3c_ray.envs.faults import RecreateOnError
+from a3c_ray.envs.faults import register as register_fault_envs
 
 NOOP_MAX = 30
 FRAME_SKIP = 4
@@ -74,7 +74,7 @@ def register_extra_envs() -> None:
     if MASKED_CARTPOLE_ID not in gym.registry:
         gym.register(
             MASKED_CARTPOLE_ID,
-            entry_point="a3c_ray.envs:MaskedCartPoleEnv",
+            entry_point="a3c_ray.envs.make:MaskedCartPoleEnv",
             max_episode_steps=500,
             reward_threshold=475.0,
         )
@@ -172,7 +172,7 @@ def _make_atari(cfg: EnvConfig, training: bool, render_mode: str | None) -> gym.
 
 
 def _base_env(env_id: str, kwargs: dict[str, Any]) -> gym.Env[Any, Any]:
-    """The registered env, recreated whenever it raises (see a3c_ray.faults), so that neither a
+    """The registered env, recreated whenever it raises (see a3c_ray.envs.faults), so that neither a
     Worker nor an evaluation dies with it; an eval episode cut by a failure ends there."""
     return RecreateOnError(lambda: gym.make(env_id, **kwargs))
 

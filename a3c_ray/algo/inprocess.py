@@ -57,9 +57,9 @@ def train(cfg: Config, workers: int, trace_every: int = 0) -> InProcessRun:
     """Train ``cfg`` to ``run.max_steps`` (or ``run.time_limit``) with ``workers`` Workers here."""
     import torch
 
-    from a3c_ray.envs import env_spaces
-    from a3c_ray.parameter_server import ParameterServer, initial_params
-    from a3c_ray.worker import Worker
+    from a3c_ray.algo.parameter_server import ParameterServer, initial_params
+    from a3c_ray.algo.worker import Worker
+    from a3c_ray.envs.make import env_spaces
 
     torch.set_num_threads(1)
     c = Config.from_dict(cfg.to_dict())

@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from a3c_ray import driver
-from a3c_ray import parameter_server as ps_mod
+from a3c_ray.algo import parameter_server as ps_mod
+from a3c_ray.algo.models import build_model, num_params
+from a3c_ray.algo.parameter_server import GradientPush, ParameterServer, initial_params
+from a3c_ray.algo.worker import sample_actions
 from a3c_ray.config import Config
-from a3c_ray.envs import FRAME_SKIP, env_spaces, is_atari, make_vector_env
-from a3c_ray.models import build_model, num_params
-from a3c_ray.parameter_server import GradientPush, ParameterServer, initial_params
-from a3c_ray.worker import sample_actions
+from a3c_ray.envs.make import FRAME_SKIP, env_spaces, is_atari, make_vector_env
+from a3c_ray.runtime import driver
 
 WARMUP_SECONDS = 1.0
 """Training seconds left out of the window: actor start-up and the first pushes are not steady."""

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from a3c_ray.checkpoint import CheckpointError
 from a3c_ray.config import Config, ConfigError
 from a3c_ray.configs import names as shipped_configs
 from a3c_ray.configs import resolve as resolve_config
+from a3c_ray.rundir.checkpoint import CheckpointError
 
 EXIT_BAD_INPUT = 2
 
@@ -57,10 +57,10 @@ class Parser(argparse.ArgumentParser):
 
 # Commands that live in their own module, each with add_arguments(parser) and run(args) -> int.
 MODULE_COMMANDS: dict[str, tuple[str, str]] = {
-    "status": ("a3c_ray.status", "show the live runs on a Ray cluster"),
-    "scale": ("a3c_ray.scale", "change the number of Workers of a live run"),
-    "submit": ("a3c_ray.submit", "run a3c-ray train as a Ray job on a cluster"),
-    "bench": ("a3c_ray.bench", "measure throughput against this machine's own limit"),
+    "status": ("a3c_ray.commands.status", "show the live runs on a Ray cluster"),
+    "scale": ("a3c_ray.commands.scale", "change the number of Workers of a live run"),
+    "submit": ("a3c_ray.commands.submit", "run a3c-ray train as a Ray job on a cluster"),
+    "bench": ("a3c_ray.commands.bench", "measure throughput against this machine's own limit"),
 }
 
 
@@ -152,7 +152,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def resume_config(args: argparse.Namespace) -> Config:
     """The saved config of ``--resume RUN_DIR`` with the flags applied; env and model may not change."""
-    from a3c_ray.storage import RunStorage
+    from a3c_ray.rundir.storage import RunStorage
 
     storage = RunStorage(args.resume)
     try:
@@ -217,7 +217,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         # and Windows) keeps every node service on the loopback address; it is read when ray is
         # first imported, hence here, before the driver imports it.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    from a3c_ray.driver import train
+    from a3c_ray.runtime.driver import train
 
     cfg = config_from_args(args)
     result = train(
@@ -253,7 +253,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from a3c_ray.evaluate import evaluate_checkpoint
+    from a3c_ray.commands.evaluate import evaluate_checkpoint
 
     if args.episodes < 1:
         raise UsageError("a3c-ray eval: --episodes must be >= 1")

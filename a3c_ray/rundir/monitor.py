@@ -17,13 +17,13 @@ import numpy as np
 import yaml
 from tensorboardX import SummaryWriter
 
-from a3c_ray import metrics as M
-from a3c_ray.checkpoint import CheckpointManager
+from a3c_ray.algo.evaluation import run_episodes, summarize
+from a3c_ray.algo.models import build_model, set_flat_params
 from a3c_ray.config import Config
-from a3c_ray.envs import derive_seeds, make_eval_env
-from a3c_ray.evaluation import run_episodes, summarize
-from a3c_ray.models import build_model, set_flat_params
-from a3c_ray.storage import RunStorage
+from a3c_ray.envs.make import derive_seeds, make_eval_env
+from a3c_ray.rundir.checkpoint import CheckpointManager
+from a3c_ray.rundir.storage import RunStorage
+from a3c_ray.runtime import metrics as M
 
 
 class ParameterServerLike(Protocol):
@@ -185,8 +185,8 @@ class _MonitorShell(Monitor):
     ):
         import ray
 
-        from a3c_ray.metrics import EvalMetrics
-        from a3c_ray.remote import NAMESPACE, RemoteProxy, one_torch_thread
+        from a3c_ray.runtime.metrics import EvalMetrics
+        from a3c_ray.runtime.remote import NAMESPACE, RemoteProxy, one_torch_thread
 
         one_torch_thread()
         # Found by name, so that a restarted Monitor needs no handle among its arguments.
@@ -201,6 +201,6 @@ class _MonitorShell(Monitor):
 
 
 def remote_class() -> Any:
-    from a3c_ray.remote import actor_class
+    from a3c_ray.runtime.remote import actor_class
 
     return actor_class(_MonitorShell, "Monitor")

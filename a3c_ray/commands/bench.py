@@ -23,10 +23,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from a3c_ray import bench_measure as bm
-from a3c_ray import bench_stability as bs
-from a3c_ray.bench_report import format_report
+from a3c_ray.commands import bench_stability as bs
+from a3c_ray.commands.bench_report import format_report
 from a3c_ray.config import Config, ConfigError
+from a3c_ray.runtime import bench_measure as bm
 
 
 def _counts(text: str) -> list[int]:
@@ -174,7 +174,7 @@ def connect(cfg: Config, max_workers: int, address: str | None, dashboard_port: 
     """
     import ray
 
-    from a3c_ray.placement import connect as connect_ray
+    from a3c_ray.runtime.placement import connect as connect_ray
 
     c = Config.from_dict(cfg.to_dict())
     c.run.workers = max_workers
@@ -281,7 +281,7 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
 
 def raw_ale_fps(cfg: Config, seconds: float) -> float:
     """Frames/s of one bare emulator (``atari_bench.raw_ale_fps``), for roughly ``seconds``."""
-    from a3c_ray.atari_bench import raw_ale_fps as bare
+    from a3c_ray.runtime.atari_bench import raw_ale_fps as bare
 
     probe = bare(cfg.env.id, frames=2_000, seed=cfg.run.seed)
     return bare(cfg.env.id, frames=max(2_000, int(probe * seconds)), seed=cfg.run.seed)
@@ -353,13 +353,13 @@ def machine() -> dict[str, Any]:
 def plot(args: argparse.Namespace) -> int:
     """``--plot-runs``: learning curves of finished runs; ``--levels``: one run against frames and
     hours, with its evaluations and when it first reached each level."""
-    from a3c_ray import bench_plot as bp
+    from a3c_ray.commands import bench_plot as bp
 
     if not args.levels:
         for path in bp.plot_runs(args.plot_runs, args.out):
             print(path)
         return 0
-    from a3c_ray.envs import is_atari
+    from a3c_ray.envs.make import is_atari
 
     for run_dir in args.plot_runs:
         cfg = Config.load(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else None

@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_entrypoint(train_args: Sequence[str]) -> str:
     """``python -m a3c_ray train ARGS``, once the flags parse as ``a3c-ray train``'s."""
-    from a3c_ray.cli import UsageError, build_parser
+    from a3c_ray.commands.cli import UsageError, build_parser
 
     try:
         build_parser().parse_args(["train", *train_args])

@@ -21,9 +21,9 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from a3c_ray.checkpoint import CheckpointError, load_latest_good
 from a3c_ray.config import Config, ConfigError
-from a3c_ray.storage import RunStorage
+from a3c_ray.rundir.checkpoint import CheckpointError, load_latest_good
+from a3c_ray.rundir.storage import RunStorage
 
 
 def in_ray_job() -> bool:

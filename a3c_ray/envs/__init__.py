@@ -1,0 +1,1 @@
+"""Making environments: gymnasium ids, Atari preprocessing, masked CartPole, fault wrappers."""

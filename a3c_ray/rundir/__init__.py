@@ -1,0 +1,1 @@
+"""The run directory: its layout, storage, checkpoints and the Monitor's files."""
