@@ -10,19 +10,14 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """Bad user input in the config or on the command line; ``problems`` lists each one."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("; ".join(self.problems))
+from a3c_ray.errors import ConfigError
 
 
 @dataclass
@@ -214,8 +209,10 @@ class Config:
         return getattr(getattr(self, section), name)
 
     # -- checks -----------------------------------------------------------------------------
-    def validate(self, check_env: bool = True) -> list[str]:
-        """Every problem with the values, each naming its field; empty when the config is good."""
+    def validate(self, check_env: Callable[[str], str | None] | None = None) -> list[str]:
+        """Every problem with the values, each naming its field; empty when the config is good.
+
+        ``check_env`` (``a3c_ray.envs.make.check_env_id``) adds the problem with ``env.id``, if any."""
         p: list[str] = []
         e, m, a, r, mon = self.env, self.model, self.algo, self.run, self.monitor
 
@@ -313,15 +310,13 @@ class Config:
             r.restart_backoff >= 0,
             f"run.restart_backoff: must be >= 0 seconds, got {r.restart_backoff}",
         )
-        if check_env:
-            from a3c_ray.envs.make import check_env_id
-
-            problem = check_env_id(e.id)
+        if check_env is not None:
+            problem = check_env(e.id)
             if problem:
                 p.append(f"env.id: {problem}")
         return p
 
-    def check(self, check_env: bool = True) -> None:
+    def check(self, check_env: Callable[[str], str | None] | None = None) -> None:
         problems = self.validate(check_env=check_env)
         if problems:
             raise ConfigError(problems)

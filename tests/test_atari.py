@@ -167,7 +167,7 @@ def test_env_fields_are_validated() -> None:
     cfg = Config()
     cfg.env.frame_stack = 0
     cfg.env.repeat_action_probability = 1.5
-    problems = cfg.validate(check_env=False)
+    problems = cfg.validate()
     assert any(p.startswith("env.frame_stack:") for p in problems)
     assert any(p.startswith("env.repeat_action_probability:") for p in problems)
 
@@ -250,10 +250,12 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
     ref, so Workers read shared memory instead of each getting its own serialized copy."""
     import ray
 
-    from a3c_ray.algo import parameter_server as ps_mod
+    from a3c_ray.algo.messages import GradientPush, PushReply
+    from a3c_ray.algo.parameter_server import ParameterServer
+    from a3c_ray.runtime.actors import WEIGHTS_BY_REF_BYTES, ParameterServerShell
     from a3c_ray.runtime.remote import resolve
 
-    class Spy(ps_mod.ParameterServer):
+    class Spy(ParameterServer):
         """The plain ParameterServer with the attributes the actor's push expects."""
 
         _ref = None
@@ -267,12 +269,12 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
     cfg.algo.max_staleness = 0
     model = build_model(cfg.model, (4, 84, 84), 6)
     flat = get_flat_params(model)
-    assert flat.nbytes > ps_mod.WEIGHTS_BY_REF_BYTES
+    assert flat.nbytes > WEIGHTS_BY_REF_BYTES
     ps = Spy(cfg, flat)
 
-    def push(version: int) -> ps_mod.PushReply:
+    def push(version: int) -> PushReply:
         grad = np.full_like(flat, 1e-3)
-        return ps_mod._ParameterServerShell.push(ps, ps_mod.GradientPush(grad, version, 5))  # type: ignore[arg-type]
+        return ParameterServerShell.push(ps, GradientPush(grad, version, 5))  # type: ignore[arg-type]
 
     first = push(0)  # applied: version 1
     assert first.applied and isinstance(first.weights, ray.ObjectRef)
@@ -283,8 +285,8 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
     assert push(1).weights != first.weights  # a new version is a new object
 
     small = Spy(cfg, get_flat_params(build_model(cfg.model, (4,), 2)))
-    reply = ps_mod._ParameterServerShell.push(  # type: ignore[arg-type]
-        small, ps_mod.GradientPush(np.zeros_like(small.weights()), 0, 5)
+    reply = ParameterServerShell.push(  # type: ignore[arg-type]
+        small, GradientPush(np.zeros_like(small.weights()), 0, 5)
     )
     assert isinstance(reply.weights, np.ndarray), "small weights travel inline"
 

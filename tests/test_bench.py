@@ -13,7 +13,8 @@ import pytest
 
 from a3c_ray.commands import bench, bench_stability
 from a3c_ray.commands.bench_plot import episode_seconds, moving_mean
-from a3c_ray.config import Config, ConfigError
+from a3c_ray.config import Config
+from a3c_ray.errors import ConfigError
 from a3c_ray.runtime import bench_measure as bm
 
 TINY = ["--workers", "1", "--envs-per-worker", "2", "--seconds", "1.5"]
@@ -161,7 +162,7 @@ def test_episode_seconds_interpolate_the_ticks_and_skip_startup_and_final_ticks(
 def write_fake_run(run_dir: Path, seed: int) -> None:
     from tensorboardX import SummaryWriter
 
-    from a3c_ray.runtime import metrics as M
+    from a3c_ray import metric_names as M
 
     w = SummaryWriter(str(run_dir / "tb"))
     for tick in range(1, 6):
@@ -194,7 +195,7 @@ def test_plot_with_levels_draws_one_run_against_frames_and_hours_with_its_evalua
 ) -> None:
     from tensorboardX import SummaryWriter
 
-    from a3c_ray.runtime import metrics as M
+    from a3c_ray import metric_names as M
 
     run = tmp_path / "pong"
     w = SummaryWriter(str(run / "tb"))

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import a3c_ray.rundir.checkpoint as ckpt
+from a3c_ray.errors import CheckpointError
 from a3c_ray.rundir.checkpoint import (
     FORMAT,
-    CheckpointError,
     CheckpointManager,
     list_checkpoints,
     load_checkpoint,

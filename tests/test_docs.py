@@ -35,7 +35,7 @@ def test_named_flags_are_documented() -> None:
 def test_grafana_dashboard_charts_every_ray_metric() -> None:
     import json
 
-    from a3c_ray.runtime.metrics import RAY_METRICS
+    from a3c_ray.metric_names import RAY_METRICS
 
     dash = json.loads((ROOT / "cluster" / "grafana" / "a3c-ray-dashboard.json").read_text())
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])

@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from a3c_ray.commands import submit
-from a3c_ray.config import ConfigError
+from a3c_ray.errors import ConfigError
+from a3c_ray.runtime import jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_SH = ROOT / "cluster" / "local.sh"
@@ -174,25 +175,25 @@ def test_auth_header_comes_from_rays_token_sources_in_rays_order(
     for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert submit.auth_headers() == {}  # no token anywhere, mode unset: send nothing
+    assert jobs.auth_headers() == {}  # no token anywhere, mode unset: send nothing
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     with pytest.raises(ConfigError, match="no token found"):
-        submit.auth_headers()
+        jobs.auth_headers()
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("from-home\n")
-    assert submit.auth_headers() == {"Authorization": "Bearer from-home"}
+    assert jobs.auth_headers() == {"Authorization": "Bearer from-home"}
     (tmp_path / "tok").write_text("from-path")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "tok"))
-    assert submit.auth_headers() == {"Authorization": "Bearer from-path"}
+    assert jobs.auth_headers() == {"Authorization": "Bearer from-path"}
     monkeypatch.setenv("RAY_AUTH_TOKEN", "from-env")
-    assert submit.auth_headers() == {"Authorization": "Bearer from-env"}
+    assert jobs.auth_headers() == {"Authorization": "Bearer from-env"}
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    assert submit.auth_headers() == {}
+    assert jobs.auth_headers() == {}
     monkeypatch.delenv("RAY_AUTH_MODE")
     monkeypatch.delenv("RAY_AUTH_TOKEN")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "missing"))
     with pytest.raises(ConfigError, match="RAY_AUTH_TOKEN_PATH"):
-        submit.auth_headers()
+        jobs.auth_headers()
 
 
 # -- following a job ----------------------------------------------------------------------------
@@ -369,7 +370,7 @@ def test_cartpole_job_on_a_local_three_node_cluster_succeeds_and_leaves_its_run_
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"{dashboard}/api/jobs/", timeout=10)
     assert refused.value.code == 401
-    client = JobSubmissionClient(dashboard, headers=submit.auth_headers())
+    client = JobSubmissionClient(dashboard, headers=jobs.auth_headers())
     info = client.get_job_info("a3c-e2e-cartpole")
     assert info.status == JobStatus.SUCCEEDED
     assert (info.runtime_env or {})["working_dir"].startswith("gcs://")

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import ray
 
+from a3c_ray import metric_names as M
 from a3c_ray.commands.cli import main
-from a3c_ray.runtime import metrics as M
 from a3c_ray.runtime.driver import RunResult, train
 
 from .conftest import free_port, named_actor, small_config, wait_for

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from a3c_ray.algo.parameter_server import GradientPush, ParameterServer
+from a3c_ray.algo.messages import GradientPush
+from a3c_ray.algo.parameter_server import ParameterServer
 from a3c_ray.config import Config
 
 N = 10
@@ -149,23 +150,28 @@ def test_wrong_gradient_size_is_an_error() -> None:
 
 
 def test_restore_refuses_a_checkpoint_of_another_env_or_model_shape(tmp_path: Path) -> None:
-    from a3c_ray.rundir.checkpoint import CheckpointError, CheckpointManager
+    from a3c_ray.errors import CheckpointError
+    from a3c_ray.rundir.checkpoint import CheckpointManager, newest_good_state
 
     other = make_ps()
     other.meta["env_id"] = "Acrobot-v1"
     CheckpointManager(tmp_path / "a").save(other.state_dict())
     with pytest.raises(CheckpointError, match="env_id='Acrobot-v1', this run has 'CartPole-v1'"):
-        ParameterServer(Config(), np.zeros(N, dtype=np.float32), dict(META), str(tmp_path / "a"))
+        ParameterServer(
+            Config(), np.zeros(N, dtype=np.float32), dict(META), newest_good_state(tmp_path / "a")
+        )
     bigger = ParameterServer(Config(), np.zeros(N + 5, dtype=np.float32), dict(META))
     CheckpointManager(tmp_path / "b").save(bigger.state_dict())
     with pytest.raises(
         CheckpointError, match=f"holds {N + 5} parameters, this run's model has {N}"
     ):
-        ParameterServer(Config(), np.zeros(N, dtype=np.float32), dict(META), str(tmp_path / "b"))
+        ParameterServer(
+            Config(), np.zeros(N, dtype=np.float32), dict(META), newest_good_state(tmp_path / "b")
+        )
 
 
 def test_restore_continues_from_the_newest_good_checkpoint(tmp_path: Path) -> None:
-    from a3c_ray.rundir.checkpoint import CheckpointManager
+    from a3c_ray.rundir.checkpoint import CheckpointManager, newest_good_state
 
     ps = make_ps()
     mgr = CheckpointManager(tmp_path)
@@ -174,7 +180,9 @@ def test_restore_continues_from_the_newest_good_checkpoint(tmp_path: Path) -> No
         mgr.save(ps.state_dict())
     newest = sorted(tmp_path.glob("ckpt-*.pt"))[-1]
     newest.write_bytes(b"PK\x03\x04torn")
-    restored = ParameterServer(Config(), np.zeros(N, dtype=np.float32), dict(META), str(tmp_path))
+    restored = ParameterServer(
+        Config(), np.zeros(N, dtype=np.float32), dict(META), newest_good_state(tmp_path)
+    )
     assert restored.version == 2 and restored.env_steps == 20 and restored.restored_from is not None
     assert restored.lineage != ps.lineage  # gradients of the old lineage will be dropped
     reply = restored.push(push(version=3, lineage=ps.lineage))

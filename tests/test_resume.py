@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from a3c_ray import metric_names as M
 from a3c_ray.commands.cli import main
 from a3c_ray.config import Config
 from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
-from a3c_ray.runtime import metrics as M
 from a3c_ray.runtime.driver import train
 
 from .conftest import small_config

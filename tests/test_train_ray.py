@@ -14,11 +14,11 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from a3c_ray import metric_names as M
 from a3c_ray.commands.cli import main
 from a3c_ray.commands.evaluate import evaluate_checkpoint
 from a3c_ray.config import Config
 from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
-from a3c_ray.runtime import metrics as M
 from a3c_ray.runtime.driver import train
 
 from .conftest import free_port, small_config

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from a3c_ray.algo.messages import GradientPush, PushReply
 from a3c_ray.algo.models import build_model, get_flat_params, num_params
-from a3c_ray.algo.parameter_server import GradientPush, ParameterServer, PushReply
+from a3c_ray.algo.parameter_server import ParameterServer
 from a3c_ray.algo.worker import Worker
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_spaces

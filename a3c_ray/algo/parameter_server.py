@@ -12,60 +12,27 @@ import copy
 import math
 import time
 import uuid
-import warnings
 from collections import deque
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
+from a3c_ray.algo.messages import GradientPush, PushReply
 from a3c_ray.algo.stats import Window
 from a3c_ray.config import OPTIMIZERS, AlgoConfig, Config
-from a3c_ray.rundir.checkpoint import CheckpointError, list_checkpoints, load_latest_good
+from a3c_ray.errors import CheckpointError
 
 STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
 STOP_INTERRUPTED, STOP_ERROR = "interrupted", "error"
 
 
-@dataclass
-class GradientPush:
-    """What a Worker sends after each rollout."""
-
-    grad: np.ndarray
-    """Flat float32 gradient of the loss."""
-    version: int
-    """Version of the weights the gradient was computed from."""
-    env_steps: int
-    """Env steps taken in this rollout (t_max x K)."""
-    worker: int = 0
-    episode_returns: list[float] = field(default_factory=list)
-    """Undiscounted returns of the episodes that finished during the rollout."""
-    episode_lengths: list[int] = field(default_factory=list)
-    stats: dict[str, float] = field(default_factory=dict)
-    """Loss terms and timings of the rollout, for the charts."""
-    lineage: str = ""
-    """Lineage of the ParameterServer the weights came from; a restored server starts a new one."""
-    env_restarts: int = 0
-    """Environments recreated after raising, during this rollout."""
-
-
-class PushReply(NamedTuple):
-    weights: Any
-    """The newest flat weights (or an object ref to them) when the version moved past the Worker's; else None."""
-    version: int
-    stop: bool
-    applied: bool
-    lineage: str = ""
-
-
 def initial_params(cfg: Config, obs_shape: tuple[int, ...], n_actions: int) -> np.ndarray:
     """The run's initial weights, a function of the seed alone."""
     from a3c_ray.algo.models import build_model, get_flat_params
-    from a3c_ray.envs.make import derive_seeds
+    from a3c_ray.algo.seeding import Stream, derive_seeds
 
-    torch.manual_seed(derive_seeds(cfg.run.seed, 0)[0])
+    torch.manual_seed(derive_seeds(cfg.run.seed, Stream.INIT)[0])
     return get_flat_params(build_model(cfg.model, obs_shape, n_actions))
 
 
@@ -86,14 +53,14 @@ def make_optimizer(params: list[torch.Tensor], algo: AlgoConfig) -> torch.optim.
 
 
 class ParameterServer:
-    """Applies gradients; with ``restore_dir`` holding checkpoints, starts from the newest good one."""
+    """Applies gradients; with ``restore`` (a checkpoint's state), continues from it."""
 
     def __init__(
         self,
         cfg: Config,
         init_params: np.ndarray,
         meta: dict[str, Any] | None = None,
-        restore_dir: str | None = None,
+        restore: dict[str, Any] | None = None,
     ):
         self.cfg = cfg
         self.meta = dict(meta or {})
@@ -128,10 +95,9 @@ class ParameterServer:
         self._weights_cache: tuple[int, np.ndarray] | None = None
         self.lineage = uuid.uuid4().hex[:12]
         self.restored_from: str | None = None
-        if restore_dir is not None and list_checkpoints(Path(restore_dir)):
-            state = load_latest_good(restore_dir)
-            self.load_state_dict(state)
-            self.restored_from = state["path"]
+        if restore is not None:
+            self.load_state_dict(restore)
+            self.restored_from = restore.get("path")
 
     # -- the hot path ------------------------------------------------------------------------
     def push(self, p: GradientPush) -> PushReply:
@@ -340,53 +306,3 @@ class ParameterServer:
             self.dropped_resync = int(state.get("dropped_resync", 0))
         else:  # a checkpoint from before the reasons were kept: the total, under one reason
             self.dropped_nonfinite = int(state.get("gradients_dropped", 0))
-
-
-# Weights above this size are sent as one object-store ref per version, which every Worker on a
-# node reads from shared memory, instead of being serialized into each reply.
-WEIGHTS_BY_REF_BYTES = 1 << 20
-
-
-class _ParameterServerShell(ParameterServer):
-    """The Ray actor. Ray restarts it after a crash; it then resumes from the newest checkpoint.
-
-    It builds its initial weights from the seed rather than taking them as an argument, so that a
-    restart never depends on a large constructor argument kept in the object store.
-    """
-
-    def __init__(self, cfg: Config, meta: dict[str, Any], run_dir: str, run: str):
-        import ray
-
-        from a3c_ray.runtime.metrics import ParameterServerMetrics
-        from a3c_ray.runtime.remote import one_torch_thread
-
-        one_torch_thread()
-        init = initial_params(cfg, tuple(meta["obs_shape"]), int(meta["n_actions"]))
-        from a3c_ray.rundir.storage import RunStorage
-
-        # The run directory may be a URI: restore from this node's copy of its checkpoints.
-        restore_dir = str(RunStorage(run_dir).download_checkpoints())
-        ParameterServer.__init__(self, cfg, init, meta, restore_dir)
-        with warnings.catch_warnings():  # Ray's own deprecation notice from inside this property
-            warnings.simplefilter("ignore", DeprecationWarning)
-            if ray.get_runtime_context().was_current_actor_reconstructed:
-                self.restarts += 1
-        self._ref: tuple[int, Any] | None = None
-        self.metrics = ParameterServerMetrics(run, self)
-
-    def push(self, p: GradientPush) -> PushReply:
-        reply = ParameterServer.push(self, p)
-        self.metrics.maybe_export(self)
-        if reply.weights is not None and reply.weights.nbytes > WEIGHTS_BY_REF_BYTES:
-            import ray
-
-            if self._ref is None or self._ref[0] != reply.version:
-                self._ref = (reply.version, ray.put(reply.weights))
-            reply = reply._replace(weights=self._ref[1])
-        return reply
-
-
-def remote_class() -> Any:
-    from a3c_ray.runtime.remote import actor_class
-
-    return actor_class(_ParameterServerShell, "ParameterServer")

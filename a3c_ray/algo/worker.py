@@ -16,12 +16,13 @@ import numpy as np
 import torch
 
 from a3c_ray.algo.losses import actor_critic_loss
+from a3c_ray.algo.messages import GradientPush, PushReply
 from a3c_ray.algo.models import State, build_model, get_flat_grad, set_flat_params
-from a3c_ray.algo.parameter_server import GradientPush, PushReply
 from a3c_ray.algo.returns import gae
+from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
 from a3c_ray.envs.faults import count_failures
-from a3c_ray.envs.make import derive_seeds, make_vector_env
+from a3c_ray.envs.make import make_vector_env
 
 
 class Rollout(NamedTuple):
@@ -67,7 +68,7 @@ class Worker:
         self.cfg = cfg
         self.index = index
         k = cfg.env.num_envs
-        seeds = derive_seeds(cfg.run.seed, 1, index, *stream, n=k + 1)
+        seeds = derive_seeds(cfg.run.seed, Stream.WORKER, index, *stream, n=k + 1)
         self.generator = torch.Generator().manual_seed(seeds[-1])
         self.envs = make_vector_env(cfg.env)
         self.obs, _ = self.envs.reset(seed=seeds[:k])  # type: ignore[arg-type]  # one seed per env
@@ -275,45 +276,3 @@ class Worker:
             "pushes": self.pushes,
             "timings": {**self.timings, "total": time.perf_counter() - start},
         }
-
-
-class _WorkerShell(Worker):
-    def __init__(self, *args: Any, **kwargs: Any):
-        from a3c_ray.runtime.remote import one_torch_thread
-
-        one_torch_thread()
-        Worker.__init__(self, *args, **kwargs)
-
-    def node_id(self) -> str:
-        import ray
-
-        return ray.get_runtime_context().get_node_id()
-
-    def train(self, ps: Any) -> dict[str, Any]:
-        """Pull the newest weights from the ParameterServer actor ``ps``, then train until it says stop."""
-        import ray
-
-        from a3c_ray.runtime.remote import resolve
-
-        weights, version, lineage = ray.get(ps.get_weights.remote())
-        self.set_weights(resolve(weights), version, lineage)
-
-        def push(p: GradientPush) -> PushReply:
-            return wait_for(ps.push.remote(p))
-
-        def wait_for(ref: Any) -> PushReply:
-            reply: PushReply = ray.get(ref)
-            return reply._replace(weights=resolve(reply.weights))
-
-        def send(p: GradientPush) -> Callable[[], PushReply]:
-            ref = ps.push.remote(p)
-            return lambda: wait_for(ref)
-
-        result = self.run_overlapped(send) if self.cfg.algo.overlap_push else self.run(push)
-        return {**result, "node_id": self.node_id()}
-
-
-def remote_class() -> Any:
-    from a3c_ray.runtime.remote import actor_class
-
-    return actor_class(_WorkerShell, "Worker")

@@ -25,8 +25,11 @@ from typing import Any
 
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.commands.bench_report import format_report
-from a3c_ray.config import Config, ConfigError
+from a3c_ray.config import Config
+from a3c_ray.envs.make import check_env_id
+from a3c_ray.errors import ConfigError
 from a3c_ray.runtime import bench_measure as bm
+from a3c_ray.runtime import cluster
 
 
 def _counts(text: str) -> list[int]:
@@ -161,44 +164,15 @@ def bench_config(args: argparse.Namespace) -> Config:
     for name in ("repeat", "in_flight"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')}: must be >= 1")
-    problems += cfg.validate()
+    problems += cfg.validate(check_env=check_env_id)
     if problems:
         raise ConfigError(problems)
     return cfg
 
 
-def connect(cfg: Config, max_workers: int, address: str | None, dashboard_port: int | None) -> bool:
-    """Start an embedded Ray as ``a3c-ray train`` would, or use the one this process already has.
-
-    True when this call started Ray (and so must shut it down).
-    """
-    import ray
-
-    from a3c_ray.runtime.placement import connect as connect_ray
-
-    c = Config.from_dict(cfg.to_dict())
-    c.run.workers = max_workers
-    started = connect_ray(c, address, dashboard_port=dashboard_port)
-    need = max_workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus
-    have = ray.cluster_resources().get("CPU", 0.0)
-    if have + 1e-9 < need:
-        if started:
-            ray.shutdown()
-        raise ConfigError(
-            [
-                f"the Ray cluster has {have:g} CPUs; {max_workers} Workers, the ParameterServer "
-                f"and the Monitor need {need:g}"
-            ]
-        )
-    return started
-
-
 def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[str, Any]:
     """Every measurement, ``args.repeat`` times, in one Ray session; medians and every run."""
-    import ray
-
     load_before = os.getloadavg()[0]
-    started = connect(cfg, max(counts), args.address, args.dashboard_port)
     raws: list[dict[str, float]] = []
     # One raw loop per Worker at once, up to one per CPU: what the cores give together.
     processes = min(max(counts), os.cpu_count() or 1)
@@ -206,7 +180,7 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
     ale: list[float] = []
     ps_runs: list[dict[str, Any]] = []
     trains: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
-    try:
+    with cluster.session(cfg, max(counts), args.address, args.dashboard_port):
         for _ in range(args.repeat):
             raws.append(bm.raw_limit(cfg, args.raw_seconds))
             if processes > 1:
@@ -221,9 +195,6 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
             )
             for n in counts:
                 trains[n].append(bm.train_throughput(cfg, n, args.seconds))
-    finally:
-        if started:
-            ray.shutdown()
     raw = median_run(raws, "env_steps_per_second")
     training = []
     for n in counts:
@@ -329,7 +300,6 @@ def bend_model(training: list[dict[str, Any]], ps_limit: float, cfg: Config) -> 
 
 def machine() -> dict[str, Any]:
     import gymnasium
-    import ray
     import torch
 
     model = platform.processor() or platform.machine()
@@ -344,7 +314,7 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "cpu_model": model,
         "python": platform.python_version(),
-        "ray": ray.__version__,
+        "ray": cluster.ray_version(),
         "torch": torch.__version__,
         "gymnasium": gymnasium.__version__,
     }

@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from a3c_ray.config import ConfigError
-from a3c_ray.runtime import metrics as M
+from a3c_ray import metric_names as M
+from a3c_ray.errors import ConfigError
 
 
 class Curve(NamedTuple):

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from a3c_ray.commands.bench_report import format_seed_row, format_stability
-from a3c_ray.config import Config, ConfigError
+from a3c_ray.config import Config
+from a3c_ray.errors import ConfigError
 
 
 @dataclass
@@ -230,28 +231,24 @@ def measure(
     echo: Any = None,
 ) -> dict[str, Any]:
     """Train every seed in turn on one Ray session; per-seed figures and the counts."""
-    import ray
+    from a3c_ray.runtime.cluster import session
 
-    from a3c_ray.commands.bench import connect
-
-    started = connect(cfg, cfg.run.workers or 1, address, dashboard_port)
     results: list[SeedResult] = []
     tmp = None if runs_dir is not None else tempfile.TemporaryDirectory(prefix="a3c-stability-")
     base = runs_dir if runs_dir is not None else Path(tmp.name)  # type: ignore[union-attr]
     try:
-        for seed in seeds:
-            run_dir = base / f"seed-{seed}"
-            train_seed(cfg, seed, run_dir)
-            r = result_of(read_run(run_dir), target, floor)
-            r.run_dir = str(run_dir) if runs_dir is not None else None
-            results.append(r)
-            if echo is not None:
-                echo(r)
+        with session(cfg, cfg.run.workers or 1, address, dashboard_port):
+            for seed in seeds:
+                run_dir = base / f"seed-{seed}"
+                train_seed(cfg, seed, run_dir)
+                r = result_of(read_run(run_dir), target, floor)
+                r.run_dir = str(run_dir) if runs_dir is not None else None
+                results.append(r)
+                if echo is not None:
+                    echo(r)
     finally:
         if tmp is not None:
             tmp.cleanup()
-        if started:
-            ray.shutdown()
     return report(cfg, results, target, floor, in_process=False)
 
 

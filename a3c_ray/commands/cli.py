@@ -15,12 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from a3c_ray.config import Config, ConfigError
+from a3c_ray.config import Config
 from a3c_ray.configs import names as shipped_configs
 from a3c_ray.configs import resolve as resolve_config
-from a3c_ray.rundir.checkpoint import CheckpointError
-
-EXIT_BAD_INPUT = 2
+from a3c_ray.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, UsageError
 
 # Command-line flag -> config field. Every other field is reachable with --set or --config.
 TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
@@ -44,10 +42,6 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
     "--lr": ("algo.lr", float, "learning rate"),
     "--eval-every": ("monitor.eval_every", float, "seconds between evaluations and checkpoints"),
 }
-
-
-class UsageError(Exception):
-    pass
 
 
 class Parser(argparse.ArgumentParser):

@@ -12,9 +12,10 @@ import torch
 
 from a3c_ray.algo.evaluation import run_episodes, summarize
 from a3c_ray.algo.models import ActorCritic, build_model, num_params, set_flat_params
-from a3c_ray.config import ConfigError, EnvConfig, ModelConfig
+from a3c_ray.config import EnvConfig, ModelConfig
 from a3c_ray.envs.make import check_env_id, is_atari, make_eval_env
-from a3c_ray.rundir.checkpoint import CheckpointError, load_checkpoint
+from a3c_ray.errors import CheckpointError, ConfigError
+from a3c_ray.rundir.checkpoint import load_checkpoint
 
 
 def env_config_from_checkpoint(state: dict[str, Any]) -> EnvConfig:

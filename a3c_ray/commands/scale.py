@@ -8,13 +8,9 @@ that joined the cluster get them) or tells the newest ones to stop at their next
 from __future__ import annotations
 
 import argparse
-from typing import Any, cast
 
-import ray
-
-from a3c_ray.commands.status import attach, detach, each_cluster, live_runs
-from a3c_ray.config import ConfigError
-from a3c_ray.runtime.remote import NAMESPACE
+from a3c_ray.errors import ConfigError
+from a3c_ray.runtime import cluster
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,23 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError([f"--workers must be >= 1, got {args.workers}"])
-    found = {
-        cluster: [r for r, roles in live_runs(args.run).items() if "ParameterServer" in roles]
-        for cluster in each_cluster(args.address)
-    }
-    runs = [(cluster, run) for cluster, names in found.items() for run in names]
-    if len(runs) != 1:
-        named = ", ".join(run for _, run in runs) if runs else "none"
-        raise ConfigError([f"'{args.run}' must name exactly one live run (found: {named})"])
-    cluster, run_id = runs[0]
-    started = attach(cluster) if not ray.is_initialized() else False
-    try:
-        ps = ray.get_actor(f"{run_id}/ParameterServer", namespace=NAMESPACE)
-        progress = cast(dict[str, Any], ray.get(ps.progress.remote()))
-        before = progress["desired_workers"]
-        ray.get(ps.set_workers.remote(args.workers))
-    finally:
-        detach(started)
+    run_id, before = cluster.set_workers(args.run, args.workers, args.address)
     was = "its current number" if before is None else str(before)
     print(
         f"{run_id}: asked for {args.workers} Workers (was {was}); the driver applies it within a second"

@@ -14,9 +14,7 @@ a few seconds asks the job to stop, which ``train`` answers with a final checkpo
 from __future__ import annotations
 
 import argparse
-import asyncio
 import fnmatch
-import logging
 import os
 import shlex
 import sys
@@ -27,9 +25,24 @@ from typing import Any, TextIO
 
 import yaml
 
-from a3c_ray.config import ConfigError
+from a3c_ray.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ConfigError,
+    one_line,
+)
+from a3c_ray.rundir.storage import is_uri
+from a3c_ray.runtime.jobs import (
+    TERMINAL,
+    check_runtime_env,
+    follow_logs,
+    make_client,
+    quiet_ray_logs,
+    submit,
+    wait_until_done,
+)
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 DEFAULT_RUNTIME_ENV = Path("cluster") / "runtime_env.yaml"
 ENTRYPOINT = ("python", "-m", "a3c_ray", "train")
@@ -53,7 +66,6 @@ DEFAULT_EXCLUDES = (
 # refuses packages of 500 MiB).
 MAX_FILE_BYTES = 16 * 1024 * 1024
 SECOND_INTERRUPT_SECONDS = 5.0
-TERMINAL = {"SUCCEEDED": EXIT_OK, "FAILED": EXIT_FAILED, "STOPPED": EXIT_FAILED}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,17 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Submit the job, print its id, and (unless ``--no-wait``) follow it to its end."""
-    import ray  # noqa: F401  (importing ray sets up its loggers, which are quietened below)
-
-    # Ray logs a line per ignore file while packaging and warns that it skips .git and .venv,
-    # which would bury the job's own logs; this command reports what matters itself.
-    ray_logger = logging.getLogger("ray")
-    level = ray_logger.level
-    ray_logger.setLevel(logging.ERROR)
-    try:
+    with quiet_ray_logs():
         return _run(args, out or sys.stdout)
-    finally:
-        ray_logger.setLevel(level)
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
@@ -149,7 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def build_entrypoint(train_args: Sequence[str]) -> str:
     """``python -m a3c_ray train ARGS``, once the flags parse as ``a3c-ray train``'s."""
-    from a3c_ray.commands.cli import UsageError, build_parser
+    from a3c_ray.commands.cli import build_parser
+    from a3c_ray.errors import UsageError
 
     try:
         build_parser().parse_args(["train", *train_args])
@@ -173,7 +177,7 @@ def load_runtime_env(path: Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError([f"cannot read runtime env {path}: {e.strerror or e}"]) from None
     except yaml.YAMLError as e:
-        raise ConfigError([f"runtime env {path} is not valid YAML: {_one_line(e)}"]) from None
+        raise ConfigError([f"runtime env {path} is not valid YAML: {one_line(e)}"]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -183,14 +187,14 @@ def load_runtime_env(path: Path) -> dict[str, Any]:
 
 def build_runtime_env(working_dir: str | None, runtime_env_file: Path | None) -> dict[str, Any]:
     """The runtime env: the YAML file, the working directory, and excludes for what stays home."""
-    base = Path(working_dir) if working_dir and not _is_uri(working_dir) else Path(".")
+    base = Path(working_dir) if working_dir and not is_uri(working_dir) else Path(".")
     if runtime_env_file is None and (base / DEFAULT_RUNTIME_ENV).is_file():
         runtime_env_file = base / DEFAULT_RUNTIME_ENV
     env = load_runtime_env(runtime_env_file) if runtime_env_file is not None else {}
     wd = working_dir or env.get("working_dir") or "."
     if not isinstance(wd, str):
         raise ConfigError([f"runtime env working_dir must be a path or URI, not {wd!r}"])
-    if not _is_uri(wd):
+    if not is_uri(wd):
         path = Path(wd).expanduser().resolve()
         if not path.is_dir():
             raise ConfigError([f"working directory {wd} does not exist or is not a directory"])
@@ -200,7 +204,7 @@ def build_runtime_env(working_dir: str | None, runtime_env_file: Path | None) ->
         excludes += [p for p in large_files(path, excludes) if p not in excludes]
         env["excludes"] = excludes
     env["working_dir"] = wd
-    _check_runtime_env(env, runtime_env_file)
+    check_runtime_env(env, runtime_env_file)
     return env
 
 
@@ -239,120 +243,7 @@ def _excluded(rel: Path, patterns: Sequence[str]) -> bool:
     return False
 
 
-def _check_runtime_env(env: dict[str, Any], source: Path | None) -> None:
-    from ray.runtime_env import RuntimeEnv
-
-    try:
-        RuntimeEnv(**env)
-    except (TypeError, ValueError) as e:
-        where = f" in {source}" if source else ""
-        raise ConfigError([f"bad runtime env{where}: {_one_line(e)}"]) from None
-
-
 # -- the cluster -------------------------------------------------------------------------------
-
-
-def auth_headers() -> dict[str, str]:
-    """The bearer token for the dashboard, read where Ray reads it.
-
-    Ray's own clients send it only when ``RAY_AUTH_MODE=token``; like ``ray start`` and
-    ``ray.init``, this sends it also when the mode is unset and a token exists. Order:
-    ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``.
-    """
-    mode = os.environ.get("RAY_AUTH_MODE", "").strip().lower()
-    if mode == "disabled":
-        return {}
-    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
-    token_path = os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if not token and token_path:
-        try:
-            token = Path(token_path).expanduser().read_text().strip()
-        except OSError as e:
-            raise ConfigError([f"RAY_AUTH_TOKEN_PATH={token_path}: {e.strerror or e}"]) from None
-        if not token:
-            raise ConfigError([f"RAY_AUTH_TOKEN_PATH={token_path} is empty"])
-    if not token:
-        default = Path.home() / ".ray" / "auth_token"
-        token = default.read_text().strip() if default.is_file() else ""
-    if not token:
-        if mode == "token":
-            raise ConfigError(
-                [
-                    "RAY_AUTH_MODE=token but no token found (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH "
-                    "or ~/.ray/auth_token); copy the cluster's token there"
-                ]
-            )
-        return {}
-    return {"Authorization": f"Bearer {token}"}
-
-
-def make_client(address: str) -> Any:
-    """A JobSubmissionClient for ``address``; an unreachable or refusing cluster is bad input."""
-    from ray.exceptions import AuthenticationError
-    from ray.job_submission import JobSubmissionClient
-
-    try:
-        return JobSubmissionClient(address, headers=auth_headers())
-    except ConnectionError:
-        raise ConfigError(
-            [
-                f"cannot reach the Ray Jobs API at {address}; start a cluster (cluster/local.sh "
-                "up 2) or pass --address http://HEAD:8265"
-            ]
-        ) from None
-    except AuthenticationError as e:
-        raise ConfigError([f"{address} refused the auth token: {_one_line(e)}"]) from None
-    except (RuntimeError, ValueError) as e:
-        raise ConfigError([f"cannot use the Ray Jobs API at {address}: {_one_line(e)}"]) from None
-
-
-def submit(
-    client: Any, entrypoint: str, runtime_env: dict[str, Any], submission_id: str | None
-) -> str:
-    from ray.exceptions import AuthenticationError
-
-    try:
-        return str(
-            client.submit_job(
-                entrypoint=entrypoint,
-                runtime_env=runtime_env,
-                submission_id=submission_id,
-                metadata={"a3c_ray": "train"},
-            )
-        )
-    except AuthenticationError as e:
-        raise ConfigError([f"the cluster refused the auth token: {_one_line(e)}"]) from None
-    except (RuntimeError, ValueError) as e:  # e.g. a submission id in use, a package too big
-        raise ConfigError([f"job not submitted: {_one_line(e)}"]) from None
-
-
-def follow_logs(client: Any, submission_id: str, out: TextIO) -> None:
-    """Copy the job's logs to ``out`` until it ends (polling if the log stream breaks)."""
-
-    async def tail() -> None:
-        async for chunk in client.tail_job_logs(submission_id):
-            out.write(chunk)
-            out.flush()
-
-    try:
-        asyncio.run(tail())
-    except (RuntimeError, OSError):
-        seen = 0
-        while True:
-            logs = client.get_job_logs(submission_id)
-            out.write(logs[seen:])
-            out.flush()
-            seen = len(logs)
-            if _status(client, submission_id) in TERMINAL:
-                return
-            time.sleep(1.0)
-
-
-def wait_until_done(client: Any, submission_id: str, poll: float = 0.5) -> str:
-    """The job's terminal status (the log stream may end a moment before the status is set)."""
-    while (status := _status(client, submission_id)) not in TERMINAL:
-        time.sleep(poll)
-    return status
 
 
 def _interrupted(client: Any, submission_id: str, address: str) -> int:
@@ -370,22 +261,8 @@ def _interrupted(client: Any, submission_id: str, address: str) -> int:
     return EXIT_INTERRUPTED
 
 
-def _status(client: Any, submission_id: str) -> str:
-    status = client.get_job_status(submission_id)
-    return str(getattr(status, "value", status))
-
-
 def _ray_job_command(verb: str, submission_id: str, address: str) -> str:
     return f"RAY_AUTH_MODE=token ray job {verb} {submission_id} --address {address}"
-
-
-def _is_uri(path: str) -> bool:
-    return "://" in path
-
-
-def _one_line(e: BaseException) -> str:
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 if __name__ == "__main__":

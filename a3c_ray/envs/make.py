@@ -103,12 +103,6 @@ def frame_stack(cfg: EnvConfig) -> int:
     return ATARI_FRAME_STACK if is_atari(cfg.id) else 1
 
 
-def derive_seeds(seed: int, *path: int, n: int = 1) -> list[int]:
-    """``n`` independent 31-bit seeds for the stream named by (seed, *path), e.g. (seed, worker)."""
-    ss = np.random.SeedSequence([seed, *path])
-    return [int(s) for s in ss.generate_state(n, dtype=np.uint32) % (2**31 - 1)]
-
-
 class LifeLossTerminal(gym.Wrapper[Any, Any, Any, Any]):
     """Ends an episode when a life is lost, without restarting the game (Mnih et al. 2015).
 

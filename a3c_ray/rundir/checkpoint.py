@@ -20,13 +20,12 @@ from typing import Any
 
 import torch
 
+from a3c_ray.errors import CheckpointError
+from a3c_ray.rundir.storage import fetch_checkpoint, is_uri
+
 FORMAT = "a3c-ray/1"
 REQUIRED_KEYS = ("format", "env_id", "model", "obs_shape", "n_actions", "params", "env_steps")
 _CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, unreadable or not one of ours; the message says which and where."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -159,9 +158,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     ``path`` may also be a URI of the kind a run directory may have (``s3://...``): what it names
     is fetched first, and the checkpoint's ``path`` is then its URI."""
     remote_dir = None
-    if "://" in str(path):
-        from a3c_ray.rundir.storage import fetch_checkpoint
-
+    if is_uri(path):
         try:
             path, remote_dir = fetch_checkpoint(str(path))
         except (OSError, ValueError, ImportError) as e:
@@ -199,3 +196,10 @@ def load_latest_good(directory: str | Path) -> dict[str, Any]:
             errors.append(str(e))
     detail = f": {'; '.join(errors)}" if errors else ""
     raise CheckpointError(f"no loadable checkpoint in {d}{detail}")
+
+
+def newest_good_state(directory: str | Path) -> dict[str, Any] | None:
+    """The newest loadable checkpoint in ``directory``, or None when it holds no checkpoint."""
+    if not list_checkpoints(Path(directory)):
+        return None
+    return load_latest_good(directory)

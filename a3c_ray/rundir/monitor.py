@@ -17,13 +17,14 @@ import numpy as np
 import yaml
 from tensorboardX import SummaryWriter
 
+from a3c_ray import metric_names as M
 from a3c_ray.algo.evaluation import run_episodes, summarize
 from a3c_ray.algo.models import build_model, set_flat_params
+from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
-from a3c_ray.envs.make import derive_seeds, make_eval_env
+from a3c_ray.envs.make import make_eval_env
 from a3c_ray.rundir.checkpoint import CheckpointManager
 from a3c_ray.rundir.storage import RunStorage
-from a3c_ray.runtime import metrics as M
 
 
 class ParameterServerLike(Protocol):
@@ -131,7 +132,7 @@ class Monitor:
 
     def _evaluate(self, state: dict[str, Any], step: int) -> float | None:
         set_flat_params(self.model, state["params"].numpy())
-        seed = derive_seeds(self.cfg.run.seed, 2, self.n_evals)[0]
+        seed = derive_seeds(self.cfg.run.seed, Stream.EVAL, self.n_evals)[0]
         try:
             episodes = run_episodes(
                 self.model,
@@ -159,7 +160,7 @@ class Monitor:
 
         env = gym.wrappers.RenderCollection(make_eval_env(self.cfg.env, render_mode="rgb_array"))
         try:
-            seed = derive_seeds(self.cfg.run.seed, 3, self.n_evals)[0]
+            seed = derive_seeds(self.cfg.run.seed, Stream.VIDEO, self.n_evals)[0]
             run_episodes(self.model, env, 1, seed, greedy=self.cfg.monitor.greedy)
             frames = env.render()[:max_frames]
         finally:
@@ -175,32 +176,3 @@ class Monitor:
         self.writer.close()
         self.storage.upload_tree("tb")
         self.env.close()
-
-
-class _MonitorShell(Monitor):
-    """The Ray actor. Ray restarts it after a crash; checkpoints are atomic, so none is lost."""
-
-    def __init__(
-        self, cfg: Config, run_dir: str, obs_shape: tuple[int, ...], n_actions: int, run: str
-    ):
-        import ray
-
-        from a3c_ray.runtime.metrics import EvalMetrics
-        from a3c_ray.runtime.remote import NAMESPACE, RemoteProxy, one_torch_thread
-
-        one_torch_thread()
-        # Found by name, so that a restarted Monitor needs no handle among its arguments.
-        ps = ray.get_actor(f"{run}/ParameterServer", namespace=NAMESPACE)
-        Monitor.__init__(self, cfg, run_dir, obs_shape, n_actions, RemoteProxy(ps))
-        self.metrics = EvalMetrics(run)
-
-    def evaluate_and_checkpoint(self) -> None:
-        Monitor.evaluate_and_checkpoint(self)
-        if self.last_eval_return is not None:
-            self.metrics.record(self.last_eval_return)
-
-
-def remote_class() -> Any:
-    from a3c_ray.runtime.remote import actor_class
-
-    return actor_class(_MonitorShell, "Monitor")

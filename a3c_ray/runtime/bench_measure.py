@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from a3c_ray.algo import parameter_server as ps_mod
+from a3c_ray.algo.messages import GradientPush
 from a3c_ray.algo.models import build_model, num_params
-from a3c_ray.algo.parameter_server import GradientPush, ParameterServer, initial_params
+from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.algo.worker import sample_actions
 from a3c_ray.config import Config
 from a3c_ray.envs.make import FRAME_SKIP, env_spaces, is_atari, make_vector_env
-from a3c_ray.runtime import driver
+from a3c_ray.runtime import actors, driver
 
 WARMUP_SECONDS = 1.0
 """Training seconds left out of the window: actor start-up and the first pushes are not steady."""
@@ -186,7 +186,7 @@ def ps_actor(cfg: Config, seconds: float, in_flight: int) -> dict[str, float]:
     meta = {"env_id": c.env.id, "obs_shape": list(obs_space.shape), "n_actions": int(act_space.n)}
     with tempfile.TemporaryDirectory(prefix="a3c-bench-ps-") as tmp:
         actor = (
-            ps_mod.remote_class()
+            actors.parameter_server_class()
             .options(num_cpus=c.run.ps_cpus)
             .remote(c, meta, str(Path(tmp) / "checkpoints"), "bench")
         )

@@ -28,24 +28,18 @@ import ray
 from tqdm import tqdm
 
 from a3c_ray.algo import parameter_server as ps_mod
-from a3c_ray.algo import worker as worker_mod
 from a3c_ray.config import Config
-from a3c_ray.envs.make import env_spaces
-from a3c_ray.rundir import monitor as monitor_mod
+from a3c_ray.envs.make import check_env_id, env_spaces
+from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
 from a3c_ray.rundir.checkpoint import atomic_write
+from a3c_ray.rundir.layout import check_run_dir, prepare_run_dir
 from a3c_ray.rundir.storage import RunStorage
+from a3c_ray.runtime import actors
+from a3c_ray.runtime.cluster import connect
 from a3c_ray.runtime.metrics import DriverMetrics
-from a3c_ray.runtime.placement import (
-    central_placement,
-    check_run_dir,
-    connect,
-    default_workers,
-    one_line,
-    prepare_run_dir,
-)
+from a3c_ray.runtime.placement import central_placement, default_workers
 from a3c_ray.runtime.remote import NAMESPACE
 
-EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_BACKOFF_SECONDS = 60.0
 log = logging.getLogger("a3c_ray")
 
@@ -109,12 +103,12 @@ class Run:
             **central_placement(cfg),
         }
         self.ps = (
-            ps_mod.remote_class()
+            actors.parameter_server_class()
             .options(name=f"{self.run_id}/ParameterServer", num_cpus=cfg.run.ps_cpus, **restartable)
             .remote(cfg, meta, run_dir, self.run_id)
         )
         self.monitor = (
-            monitor_mod.remote_class()
+            actors.monitor_class()
             .options(name=f"{self.run_id}/Monitor", num_cpus=cfg.run.monitor_cpus, **restartable)
             .remote(cfg, run_dir, self.obs_shape, self.n_actions, self.run_id)
         )
@@ -122,7 +116,7 @@ class Run:
         self.start_steps = start["env_steps"]
         self.restored_from = start["restored_from"]
         self.metrics = DriverMetrics(self.run_id)
-        self.worker_cls = worker_mod.remote_class()
+        self.worker_cls = actors.worker_class()
         self.workers: dict[int, Any] = {}
         self.pending: dict[Any, int] = {}
         self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
@@ -335,7 +329,7 @@ def train(
     dashboard_port: int | None = None,
 ) -> RunResult:
     """Run one training to its end. Bad input raises ConfigError before anything is written."""
-    cfg.check()
+    cfg.check(check_env=check_env_id)
     storage = check_run_dir(cfg, overwrite, resume)
     run_dir = storage.location
     started = connect(cfg, address, dashboard_host, dashboard_port)

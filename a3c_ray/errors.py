@@ -1,0 +1,36 @@
+"""What goes wrong, said once: the exit codes, the errors that map to them, one-line messages."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+"""The run, or the job, failed."""
+EXIT_BAD_INPUT = 2
+"""Bad input: a flag, a config, a checkpoint or an address. Nothing was started or written."""
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C or SIGTERM, after saving what there was to save."""
+
+
+class ConfigError(ValueError):
+    """Bad user input in the config or on the command line; ``problems`` lists each one."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, unreadable or not one of ours; the message says which and where."""
+
+
+class UsageError(Exception):
+    """A command line argparse refuses; the message names the command and the problem."""
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: its first line, or the last of a traceback it carries (Ray's
+    errors from a remote process end with the cause)."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    return lines[-1] if any(line.startswith("Traceback") for line in lines) else lines[0]
