@@ -209,10 +209,26 @@ class Config:
         return getattr(getattr(self, section), name)
 
     # -- checks -----------------------------------------------------------------------------
-    def validate(self, check_env: Callable[[str], str | None] | None = None) -> list[str]:
+    def apply_sets(self, items: list[str]) -> list[str]:
+        """``--set FIELD=VALUE`` items, each parsed as ``set`` parses it; the problems, one per bad item."""
+        problems: list[str] = []
+        for item in items:
+            key, eq, value = item.partition("=")
+            if not eq:
+                problems.append(f"--set {item}: expected FIELD=VALUE")
+                continue
+            try:
+                self.set(key.strip(), value)
+            except ConfigError as e:
+                problems.extend(e.problems)
+        return problems
+
+    def validate(self, *checks: Callable[[Config], list[str]]) -> list[str]:
         """Every problem with the values, each naming its field; empty when the config is good.
 
-        ``check_env`` (``a3c_ray.envs.make.check_env_id``) adds the problem with ``env.id``, if any."""
+        Each of ``checks`` adds the problems only a layer above can see: the names each registry
+        knows (``a3c_ray.algo.choices.problems``), and whether gymnasium can make ``env.id``
+        (``a3c_ray.envs.make.env_problems``)."""
         p: list[str] = []
         e, m, a, r, mon = self.env, self.model, self.algo, self.run, self.monitor
 
@@ -234,22 +250,10 @@ class Config:
             f"env.repeat_action_probability: must be in [0, 1] or null, got {e.repeat_action_probability}",
         )
         need(
-            m.kind in MODEL_KINDS,
-            f"model.kind: must be one of {', '.join(MODEL_KINDS)}, got '{m.kind}'",
-        )
-        need(
             len(m.hidden_sizes) >= 1 and all(h >= 1 for h in m.hidden_sizes),
             f"model.hidden_sizes: must be a non-empty list of positive widths, got {m.hidden_sizes}",
         )
-        need(
-            m.activation in ("tanh", "relu"),
-            f"model.activation: must be tanh or relu, got '{m.activation}'",
-        )
         need(m.lstm_size >= 1, f"model.lstm_size: must be >= 1, got {m.lstm_size}")
-        need(
-            m.critic in CRITICS,
-            f"model.critic: must be one of {', '.join(CRITICS)}, got '{m.critic}'",
-        )
         need(
             m.critic != "separate" or (m.kind in ("auto", "mlp") and not m.lstm),
             "model.critic: separate is for feed-forward MLPs; use shared or auto with "
@@ -263,10 +267,6 @@ class Config:
         need(
             a.max_grad_norm is None or a.max_grad_norm > 0,
             f"algo.max_grad_norm: must be > 0 or null, got {a.max_grad_norm}",
-        )
-        need(
-            a.optimizer in OPTIMIZERS,
-            f"algo.optimizer: must be one of {', '.join(OPTIMIZERS)}, got '{a.optimizer}'",
         )
         need(a.lr > 0 and math.isfinite(a.lr), f"algo.lr: must be a positive number, got {a.lr}")
         need(
@@ -310,21 +310,16 @@ class Config:
             r.restart_backoff >= 0,
             f"run.restart_backoff: must be >= 0 seconds, got {r.restart_backoff}",
         )
-        if check_env is not None:
-            problem = check_env(e.id)
-            if problem:
-                p.append(f"env.id: {problem}")
+        for check in checks:
+            p += check(self)
         return p
 
-    def check(self, check_env: Callable[[str], str | None] | None = None) -> None:
-        problems = self.validate(check_env=check_env)
+    def check(self, *checks: Callable[[Config], list[str]]) -> None:
+        problems = self.validate(*checks)
         if problems:
             raise ConfigError(problems)
 
 
-MODEL_KINDS = ("auto", "mlp", "cnn", "nature_cnn")
-CRITICS = ("shared", "separate")
-OPTIMIZERS = ("rmsprop", "adam")
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from a3c_ray.algo import choices
 from a3c_ray.algo.models import build_model, get_flat_params
 from a3c_ray.algo.worker import Worker
 from a3c_ray.commands.evaluate import env_config_from_checkpoint
@@ -167,7 +168,7 @@ def test_env_fields_are_validated() -> None:
     cfg = Config()
     cfg.env.frame_stack = 0
     cfg.env.repeat_action_probability = 1.5
-    problems = cfg.validate()
+    problems = cfg.validate(choices.problems)
     assert any(p.startswith("env.frame_stack:") for p in problems)
     assert any(p.startswith("env.repeat_action_probability:") for p in problems)
 
@@ -301,7 +302,7 @@ def test_shipped_configs_load_validate_and_carry_the_papers_optimizer(name: str)
     path = configs.resolve(name)
     assert path.parent == configs.DIR and name in configs.names()
     cfg = Config.load(path)
-    assert cfg.validate() == []
+    assert cfg.validate(choices.problems) == []
     if name in ("pong", "pong_lstm", "breakout"):
         a = cfg.algo
         # Shared RMSProp with the paper's decay; pong.yaml's epsilon is TensorFlow's 1e-5 inside

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from a3c_ray.algo import choices
 from a3c_ray.algo.evaluation import run_episodes
 from a3c_ray.algo.models import (
     ActorCritic,
@@ -251,4 +252,6 @@ def test_a_separate_critic_is_refused_with_an_lstm_or_a_cnn() -> None:
     cfg.model.lstm, cfg.model.kind = False, "cnn"
     assert any("model.critic" in p for p in cfg.validate())
     cfg.model.critic = "both"
-    assert any("model.critic: must be one of shared, separate" in p for p in cfg.validate())
+    assert any(
+        "model.critic: must be one of shared, separate" in p for p in cfg.validate(choices.problems)
+    )

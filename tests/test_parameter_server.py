@@ -218,7 +218,7 @@ def test_a_checkpoint_without_the_reasons_restores_its_total() -> None:
 def test_an_unknown_optimizer_is_refused_not_replaced_by_adam() -> None:
     import torch
 
-    from a3c_ray.algo.parameter_server import make_optimizer
+    from a3c_ray.algo.optim import make_optimizer
 
     cfg = Config()
     cfg.algo.optimizer = "sgd"

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from a3c_ray.algo.models import ActorCritic
+from a3c_ray.algo.models import ActorCritic, sample_actions
 
 
 class Episode(NamedTuple):
@@ -32,10 +32,7 @@ def run_episodes(
         while not done:
             # The recurrent state is carried through the episode, from zeros at its start.
             logits, _, state = model(torch.as_tensor(obs).unsqueeze(0), state)
-            if greedy:
-                action = int(logits.argmax(-1))
-            else:
-                action = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+            action = int(sample_actions(logits, generator, greedy)[0])
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             length += 1

@@ -123,8 +123,29 @@ class ActorCritic(nn.Module):
         return torch.stack(all_logits), torch.stack(all_values)
 
 
+def sample_actions(
+    logits: torch.Tensor, generator: torch.Generator | None, greedy: bool = False
+) -> torch.Tensor:
+    """One action per row of ``logits``: the most likely with ``greedy``, else drawn from their
+    softmax by the Gumbel-max trick. Training and evaluation both act through it.
+
+    argmax(logits + G) with G standard Gumbel is a sample of softmax(logits); -log(E) with
+    E ~ Exp(1) is such a G. A third of the cost of softmax + multinomial on a small batch.
+    """
+    if greedy:
+        return logits.argmax(-1)
+    noise = torch.empty_like(logits).exponential_(generator=generator)
+    return (logits - noise.log()).argmax(-1)
+
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+"""``model.activation`` -> the MLP's nonlinearity."""
+CRITICS = ("shared", "separate")
+"""``model.critic``: the value head on the policy's body, or on an MLP body of its own."""
+
+
 def mlp(in_dim: int, hidden_sizes: Sequence[int], activation: str) -> nn.Sequential:
-    act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+    act = ACTIVATIONS[activation]
     layers: list[nn.Module] = [nn.Flatten()]
     for width in hidden_sizes:
         layers += [layer_init(nn.Linear(in_dim, width)), act()]
@@ -144,6 +165,10 @@ CNN_LAYERS: dict[str, tuple[list[tuple[int, int, int]], int]] = {
     "cnn": ([(16, 8, 4), (32, 4, 2)], 256),  # Mnih et al. 2013; the A3C paper's network
     "nature_cnn": ([(32, 8, 4), (64, 4, 2), (64, 3, 1)], 512),  # Mnih et al. 2015
 }
+
+
+MODEL_KINDS = ("auto", "mlp", *CNN_LAYERS)
+"""``model.kind``: auto (a CNN for images, else an MLP), mlp, or a CNN of CNN_LAYERS."""
 
 
 def cnn(kind: str, obs_shape: Sequence[int]) -> tuple[nn.Sequential, int]:

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from a3c_ray.algo.messages import GradientPush, PushReply
+from a3c_ray.algo.optim import make_optimizer
 from a3c_ray.algo.stats import Window
-from a3c_ray.config import OPTIMIZERS, AlgoConfig, Config
+from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError
 
 STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
@@ -34,22 +35,6 @@ def initial_params(cfg: Config, obs_shape: tuple[int, ...], n_actions: int) -> n
 
     torch.manual_seed(derive_seeds(cfg.run.seed, Stream.INIT)[0])
     return get_flat_params(build_model(cfg.model, obs_shape, n_actions))
-
-
-def make_optimizer(params: list[torch.Tensor], algo: AlgoConfig) -> torch.optim.Optimizer:
-    """The optimizer ``algo.optimizer`` names (one of config.OPTIMIZERS); any other name is refused."""
-    if algo.optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer '{algo.optimizer}' (known: {', '.join(OPTIMIZERS)})")
-    if algo.optimizer == "rmsprop":
-        return torch.optim.RMSprop(
-            params, lr=algo.lr, alpha=algo.rmsprop_alpha, eps=algo.optimizer_eps
-        )
-    try:
-        # fused: the whole update of the one flat parameter in one kernel, no per-step Python
-        # loop (on CPU since torch 2.4).
-        return torch.optim.Adam(params, lr=algo.lr, eps=algo.optimizer_eps, fused=True)
-    except RuntimeError:
-        return torch.optim.Adam(params, lr=algo.lr, eps=algo.optimizer_eps)
 
 
 class ParameterServer:

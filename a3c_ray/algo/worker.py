@@ -17,7 +17,7 @@ import torch
 
 from a3c_ray.algo.losses import actor_critic_loss
 from a3c_ray.algo.messages import GradientPush, PushReply
-from a3c_ray.algo.models import State, build_model, get_flat_grad, set_flat_params
+from a3c_ray.algo.models import State, build_model, get_flat_grad, sample_actions, set_flat_params
 from a3c_ray.algo.returns import gae
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
@@ -43,16 +43,6 @@ class Rollout(NamedTuple):
     initial_state: State
     episode_returns: list[float]
     episode_lengths: list[int]
-
-
-def sample_actions(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One action per row of ``logits``, drawn from their softmax by the Gumbel-max trick.
-
-    argmax(logits + G) with G standard Gumbel is a sample of softmax(logits); -log(E) with
-    E ~ Exp(1) is such a G. A third of the cost of softmax + multinomial on a small batch.
-    """
-    noise = torch.empty_like(logits).exponential_(generator=generator)
-    return (logits - noise.log()).argmax(-1)
 
 
 class Worker:

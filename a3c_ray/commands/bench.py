@@ -23,11 +23,13 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from a3c_ray.algo import choices
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.commands.bench_report import format_report
 from a3c_ray.config import Config
-from a3c_ray.envs.make import check_env_id
+from a3c_ray.envs.make import env_problems
 from a3c_ray.errors import ConfigError
+from a3c_ray.rundir import layout
 from a3c_ray.runtime import bench_measure as bm
 from a3c_ray.runtime import cluster
 
@@ -134,15 +136,7 @@ def bench_config(args: argparse.Namespace) -> Config:
     from a3c_ray.configs import resolve
 
     cfg = Config.load(resolve(args.config)) if args.config else Config()
-    problems: list[str] = []
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        try:
-            if not eq:
-                raise ConfigError([f"--set {item}: expected FIELD=VALUE"])
-            cfg.set(key.strip(), value)
-        except ConfigError as e:
-            problems.extend(e.problems)
+    problems = cfg.apply_sets(args.set)
     for dest, value in (
         ("env.id", args.env),
         ("run.workers", args.workers),
@@ -164,7 +158,7 @@ def bench_config(args: argparse.Namespace) -> Config:
     for name in ("repeat", "in_flight"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')}: must be >= 1")
-    problems += cfg.validate(check_env=check_env_id)
+    problems += cfg.validate(choices.problems, env_problems)
     if problems:
         raise ConfigError(problems)
     return cfg
@@ -332,7 +326,7 @@ def plot(args: argparse.Namespace) -> int:
     from a3c_ray.envs.make import is_atari
 
     for run_dir in args.plot_runs:
-        cfg = Config.load(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else None
+        cfg = Config.load(run_dir / layout.CONFIG) if (run_dir / layout.CONFIG).exists() else None
         fps = bm.frames_per_step(cfg) if cfg is not None and is_atari(cfg.env.id) else 1
         print(bp.plot_learning(run_dir, args.out, fps))
         rows = bp.milestones(run_dir, args.levels, fps)

@@ -21,6 +21,7 @@ import numpy as np
 
 from a3c_ray import metric_names as M
 from a3c_ray.errors import ConfigError
+from a3c_ray.rundir import layout
 
 
 class Curve(NamedTuple):
@@ -67,7 +68,7 @@ def episode_seconds(
 def load_curve(run_dir: Path) -> Curve:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    tb = run_dir / "tb"
+    tb = run_dir / layout.TENSORBOARD
     if not tb.is_dir():
         raise ConfigError([f"{run_dir} has no tb/ directory: not an a3c-ray run directory"])
     acc = EventAccumulator(str(tb), size_guidance={"scalars": 0})
@@ -92,9 +93,9 @@ def _label(run_dir: Path) -> str:
     try:
         import yaml
 
-        seed = yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["seed"]
+        seed = yaml.safe_load((run_dir / layout.CONFIG).read_text())["run"]["seed"]
         label = f"seed {seed}"
-        s = json.loads((run_dir / "summary.json").read_text())
+        s = json.loads((run_dir / layout.SUMMARY).read_text())
         if s.get("steps_to_target") is not None:
             label += f": {s['steps_to_target'] / 1e3:.0f}k steps, {s['seconds_to_target']:.1f} s"
     except (OSError, KeyError, TypeError, ValueError):
@@ -104,7 +105,7 @@ def _label(run_dir: Path) -> str:
 
 def _target(run_dir: Path) -> float | None:
     try:
-        value: Any = json.loads((run_dir / "summary.json").read_text()).get("target_return")
+        value: Any = json.loads((run_dir / layout.SUMMARY).read_text()).get("target_return")
     except (OSError, ValueError):
         return None
     return float(value) if isinstance(value, int | float) else None
@@ -151,13 +152,13 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
 def _env_name(run_dir: Path) -> str:
     """The run's env id, from summary.json or, while the run still trains, config.yaml."""
     try:
-        return str(json.loads((run_dir / "summary.json").read_text())["env_id"])
+        return str(json.loads((run_dir / layout.SUMMARY).read_text())["env_id"])
     except (OSError, KeyError, ValueError):
         pass
     try:
         import yaml
 
-        return str(yaml.safe_load((run_dir / "config.yaml").read_text())["env"]["id"])
+        return str(yaml.safe_load((run_dir / layout.CONFIG).read_text())["env"]["id"])
     except (OSError, KeyError, TypeError, ValueError):
         return "run"
 
@@ -174,7 +175,7 @@ class Evals(NamedTuple):
 def load_evals(run_dir: Path) -> Evals:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    acc = EventAccumulator(str(run_dir / layout.TENSORBOARD), size_guidance={"scalars": 0})
     acc.Reload()
     tags = acc.Tags()["scalars"]
     if M.EVAL_RETURN not in tags or M.UPDATES_PER_SECOND not in tags:

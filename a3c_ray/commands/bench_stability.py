@@ -25,6 +25,7 @@ import numpy as np
 from a3c_ray.commands.bench_report import format_seed_row, format_stability
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError
+from a3c_ray.rundir import layout
 
 
 @dataclass
@@ -116,7 +117,7 @@ def train_seed(cfg: Config, seed: int, run_dir: Path) -> None:
     c.run.seed, c.run.progress = seed, False
     c.run.target_return = None  # never stop at the first success: what follows it is measured
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(c.to_yaml())
+    (run_dir / layout.CONFIG).write_text(c.to_yaml())
     run = driver.Run(c, run_dir, c.run.workers or 1)
     t0 = time.monotonic()
     try:
@@ -126,7 +127,7 @@ def train_seed(cfg: Config, seed: int, run_dir: Path) -> None:
         run.shutdown()
     if run.errors:
         raise RuntimeError("; ".join(run.errors))
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    (run_dir / layout.SUMMARY).write_text(json.dumps(summary, indent=2))
 
 
 @dataclass
@@ -144,8 +145,8 @@ def read_run(run_dir: Path) -> FinishedRun:
     from a3c_ray.commands.bench_plot import load_curve
 
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-        seed = Config.load(run_dir / "config.yaml").run.seed
+        summary = json.loads((run_dir / layout.SUMMARY).read_text())
+        seed = Config.load(run_dir / layout.CONFIG).run.seed
     except (OSError, ValueError) as e:
         raise ConfigError([f"{run_dir} is not a finished a3c-ray run: {e}"]) from None
     curve = load_curve(run_dir)
@@ -365,7 +366,7 @@ def stability_target(cfg: Config, args: argparse.Namespace) -> float | None:
 def read_stability(args: argparse.Namespace) -> int:
     """``--stability-of RUN_DIR...``: the stability table of runs that have already finished."""
     runs = [read_run(Path(d)) for d in args.stability_of]
-    cfg = Config.load(Path(args.stability_of[0]) / "config.yaml")
+    cfg = Config.load(Path(args.stability_of[0]) / layout.CONFIG)
     target = stability_target(cfg, args)
     if target is None:
         raise ConfigError([f"--stability-of needs --target-return: {cfg.env.id} sets none"])

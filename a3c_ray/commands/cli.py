@@ -19,6 +19,7 @@ from a3c_ray.config import Config
 from a3c_ray.configs import names as shipped_configs
 from a3c_ray.configs import resolve as resolve_config
 from a3c_ray.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, UsageError
+from a3c_ray.rundir import layout
 
 # Command-line flag -> config field. Every other field is reachable with --set or --config.
 TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
@@ -150,7 +151,7 @@ def resume_config(args: argparse.Namespace) -> Config:
 
     storage = RunStorage(args.resume)
     try:
-        saved_file = storage.download("config.yaml") if storage.has("config.yaml") else None
+        saved_file = storage.download(layout.CONFIG) if storage.has(layout.CONFIG) else None
     except (OSError, ValueError, ImportError) as e:
         raise ConfigError([f"cannot resume {args.resume}: {str(e).splitlines()[0]}"]) from None
     if saved_file is None:
@@ -183,16 +184,7 @@ def resume_config(args: argparse.Namespace) -> Config:
 
 def apply_overrides(cfg: Config, args: argparse.Namespace) -> None:
     """--set items, then the named flags, onto ``cfg``; every problem is reported at once."""
-    problems: list[str] = []
-    for item in args.set:
-        key, eq, value = item.partition("=")
-        if not eq:
-            problems.append(f"--set {item}: expected FIELD=VALUE")
-            continue
-        try:
-            cfg.set(key.strip(), value)
-        except ConfigError as e:
-            problems.extend(e.problems)
+    problems = cfg.apply_sets(args.set)
     for dest, _, _ in TRAIN_FLAGS.values():
         value = getattr(args, dest)
         if value is not None:

@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.vector import AutoresetMode
 
-from a3c_ray.config import EnvConfig
+from a3c_ray.config import Config, EnvConfig
 from a3c_ray.envs.faults import RecreateOnError
 from a3c_ray.envs.faults import register as register_fault_envs
 
@@ -59,6 +59,12 @@ def check_env_id(env_id: str) -> str | None:
         except ImportError:
             return f"environment '{env_id}' needs OpenCV for its preprocessing: pip install 'a3c-ray[atari]'"
     return None
+
+
+def env_problems(cfg: Config) -> list[str]:
+    """The problem with ``env.id``, if any (a check for ``Config.validate``)."""
+    problem = check_env_id(cfg.env.id)
+    return [f"env.id: {problem}"] if problem else []
 
 
 _registered = False

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -21,11 +20,11 @@ from typing import Any
 import torch
 
 from a3c_ray.errors import CheckpointError
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.storage import fetch_checkpoint, is_uri
 
 FORMAT = "a3c-ray/1"
 REQUIRED_KEYS = ("format", "env_id", "model", "obs_shape", "n_actions", "params", "env_steps")
-_CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -60,7 +59,7 @@ def write_pointer(path: Path, target: str) -> None:
 
 def read_pointer(path: Path) -> Path:
     name = path.read_text().strip()
-    if not _CKPT_RE.match(name):
+    if not layout.CHECKPOINT_RE.match(name):
         raise CheckpointError(f"pointer {path} does not name a checkpoint file")
     return path.parent / name
 
@@ -68,8 +67,8 @@ def read_pointer(path: Path) -> Path:
 def list_checkpoints(directory: Path) -> list[Path]:
     """The checkpoint files of a directory, oldest (fewest env steps) first."""
     found = []
-    for p in directory.glob("ckpt-*.pt") if directory.is_dir() else []:
-        m = _CKPT_RE.match(p.name)
+    for p in directory.glob(layout.CHECKPOINT_GLOB) if directory.is_dir() else []:
+        m = layout.CHECKPOINT_RE.match(p.name)
         if m:
             found.append((int(m.group(1)), p))
     return [p for _, p in sorted(found)]
@@ -91,7 +90,7 @@ class CheckpointManager:
         self.on_write = on_write or (lambda p: None)
         self.on_delete = on_delete or (lambda p: None)
         self.best_return: float | None = None
-        best = self.dir / "best"
+        best = self.dir / layout.BEST
         if best.exists():
             with contextlib.suppress(CheckpointError, OSError):
                 self.best_return = load_checkpoint(best).get("eval_return")
@@ -99,30 +98,30 @@ class CheckpointManager:
     def latest_steps(self) -> int | None:
         """Env steps of the newest checkpoint, read from the ``latest`` pointer's target name."""
         try:
-            m = _CKPT_RE.match(read_pointer(self.dir / "latest").name)
+            m = layout.CHECKPOINT_RE.match(read_pointer(self.dir / layout.LATEST).name)
         except (OSError, CheckpointError):
             return None
         return int(m.group(1)) if m else None
 
     def save(self, state: dict[str, Any], eval_return: float | None = None) -> Path:
         state = {**state, "format": FORMAT, "eval_return": eval_return}
-        path = self.dir / f"ckpt-{int(state['env_steps'])}.pt"
+        path = self.dir / layout.checkpoint_name(state["env_steps"])
         atomic_write(path, lambda f: torch.save(state, f))
         self.on_write(path)  # the checkpoint is complete wherever it goes before a pointer names it
-        write_pointer(self.dir / "latest", path.name)
-        self.on_write(self.dir / "latest")
+        write_pointer(self.dir / layout.LATEST, path.name)
+        self.on_write(self.dir / layout.LATEST)
         if eval_return is not None and (
             self.best_return is None or eval_return >= self.best_return
         ):
             self.best_return = eval_return
-            write_pointer(self.dir / "best", path.name)
-            self.on_write(self.dir / "best")
+            write_pointer(self.dir / layout.BEST, path.name)
+            self.on_write(self.dir / layout.BEST)
         self._prune()
         return path
 
     def _prune(self) -> None:
         keep = set(list_checkpoints(self.dir)[-self.keep :])
-        for pointer in ("latest", "best"):
+        for pointer in (layout.LATEST, layout.BEST):
             with contextlib.suppress(OSError, CheckpointError):
                 keep.add(read_pointer(self.dir / pointer))
         for p in list_checkpoints(self.dir):
@@ -136,9 +135,9 @@ def resolve(path: str | Path) -> Path:
     """A checkpoint file from a file, a ``latest``/``best`` pointer, a checkpoints dir or a run dir."""
     p = Path(path)
     if p.is_dir():
-        if (p / "checkpoints").is_dir():
-            p = p / "checkpoints"
-        for pointer in ("best", "latest"):
+        if (p / layout.CHECKPOINTS).is_dir():
+            p = p / layout.CHECKPOINTS
+        for pointer in (layout.BEST, layout.LATEST):
             if (p / pointer).exists():
                 return resolve(p / pointer)
         found = list_checkpoints(p)

@@ -23,6 +23,7 @@ from a3c_ray.algo.models import build_model, set_flat_params
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
 from a3c_ray.envs.make import make_eval_env
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager
 from a3c_ray.rundir.storage import RunStorage
 
@@ -46,12 +47,12 @@ class Monitor:
         self.storage.download_checkpoints()  # a restarted Monitor on another node starts from them
         self.run_dir = self.storage.local
         self.ps = ps
-        self.writer = SummaryWriter(str(self.run_dir / "tb"), flush_secs=10)
+        self.writer = SummaryWriter(str(self.run_dir / layout.TENSORBOARD), flush_secs=10)
         self.writer.add_text(
             "config", "```\n" + yaml.safe_dump(cfg.to_dict(), sort_keys=False) + "```"
         )
         self.ckpts = CheckpointManager(
-            self.run_dir / "checkpoints",
+            self.run_dir / layout.CHECKPOINTS,
             cfg.monitor.keep_checkpoints,
             on_write=self._mirror,
             on_delete=lambda p: self.storage.delete(self._rel(p)),
@@ -149,7 +150,7 @@ class Monitor:
         self.writer.add_scalar(M.EVAL_RETURN, mean, step)
         self.writer.add_scalar(M.EVAL_LENGTH, mean_len, step)
         self.writer.flush()
-        self.storage.upload_tree("tb")
+        self.storage.upload_tree(layout.TENSORBOARD)
         self.n_evals += 1
         self.last_eval_return = mean
         return mean
@@ -174,5 +175,5 @@ class Monitor:
 
     def close(self) -> None:
         self.writer.close()
-        self.storage.upload_tree("tb")
+        self.storage.upload_tree(layout.TENSORBOARD)
         self.env.close()

@@ -22,6 +22,8 @@ from typing import Any
 
 import fsspec
 
+from a3c_ray.rundir import layout
+
 
 def is_uri(path: str | os.PathLike[str]) -> bool:
     return "://" in str(path)
@@ -124,7 +126,7 @@ class RunStorage:
 
     def download_checkpoints(self) -> Path:
         """The local checkpoints directory, holding every checkpoint and pointer of the run."""
-        return self.download_dir("checkpoints")
+        return self.download_dir(layout.CHECKPOINTS)
 
 
 def fetch_checkpoint(uri: str) -> tuple[Path, str]:

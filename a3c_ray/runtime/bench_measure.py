@@ -24,11 +24,11 @@ import torch
 from tqdm import tqdm
 
 from a3c_ray.algo.messages import GradientPush
-from a3c_ray.algo.models import build_model, num_params
+from a3c_ray.algo.models import build_model, num_params, sample_actions
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
-from a3c_ray.algo.worker import sample_actions
 from a3c_ray.config import Config
 from a3c_ray.envs.make import FRAME_SKIP, env_spaces, is_atari, make_vector_env
+from a3c_ray.rundir import layout
 from a3c_ray.runtime import actors, driver
 
 WARMUP_SECONDS = 1.0
@@ -188,7 +188,7 @@ def ps_actor(cfg: Config, seconds: float, in_flight: int) -> dict[str, float]:
         actor = (
             actors.parameter_server_class()
             .options(num_cpus=c.run.ps_cpus)
-            .remote(c, meta, str(Path(tmp) / "checkpoints"), "bench")
+            .remote(c, meta, str(Path(tmp) / layout.CHECKPOINTS), "bench")
         )
         try:
             size = ray.get(actor.get_weights.remote())[0].size

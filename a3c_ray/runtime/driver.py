@@ -27,12 +27,14 @@ from typing import Any
 import ray
 from tqdm import tqdm
 
+from a3c_ray.algo import choices
 from a3c_ray.algo import parameter_server as ps_mod
 from a3c_ray.config import Config
-from a3c_ray.envs.make import check_env_id, env_spaces
+from a3c_ray.envs.make import env_problems, env_spaces
 from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import atomic_write
-from a3c_ray.rundir.layout import check_run_dir, prepare_run_dir
+from a3c_ray.rundir.prepare import check_run_dir, prepare_run_dir
 from a3c_ray.rundir.storage import RunStorage
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.cluster import connect
@@ -329,7 +331,7 @@ def train(
     dashboard_port: int | None = None,
 ) -> RunResult:
     """Run one training to its end. Bad input raises ConfigError before anything is written."""
-    cfg.check(check_env=check_env_id)
+    cfg.check(choices.problems, env_problems)
     storage = check_run_dir(cfg, overwrite, resume)
     run_dir = storage.location
     started = connect(cfg, address, dashboard_host, dashboard_port)
@@ -347,7 +349,7 @@ def train(
     )
     try:
         cfg.run.workers = cfg.run.workers or default_workers(cfg, started)
-        write_file(storage, "config.yaml", cfg.to_yaml())
+        write_file(storage, layout.CONFIG, cfg.to_yaml())
         t0 = time.monotonic()
         with sigterm_as_interrupt():
             try:
@@ -361,7 +363,7 @@ def train(
             summary = run.finish(t0) if run is not None else {**summary, "errors": []}
             if interrupted:
                 summary["stopped_because"] = ps_mod.STOP_INTERRUPTED
-            write_file(storage, "summary.json", json.dumps(summary, indent=2))
+            write_file(storage, layout.SUMMARY, json.dumps(summary, indent=2))
     finally:
         bar.close()
         if run is not None:

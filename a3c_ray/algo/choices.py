@@ -1,0 +1,21 @@
+"""The config's named choices, checked against the registries that implement them."""
+
+from __future__ import annotations
+
+from a3c_ray.algo.models import ACTIVATIONS, CRITICS, MODEL_KINDS
+from a3c_ray.algo.optim import OPTIMIZERS
+from a3c_ray.config import Config
+
+
+def problems(cfg: Config) -> list[str]:
+    """One line per choice no registry knows (a check for ``Config.validate``)."""
+    out = []
+    for field, value, known in (
+        ("model.kind", cfg.model.kind, MODEL_KINDS),
+        ("model.activation", cfg.model.activation, tuple(ACTIVATIONS)),
+        ("model.critic", cfg.model.critic, CRITICS),
+        ("algo.optimizer", cfg.algo.optimizer, tuple(OPTIMIZERS)),
+    ):
+        if value not in known:
+            out.append(f"{field}: must be one of {', '.join(known)}, got '{value}'")
+    return out
