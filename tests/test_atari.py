@@ -178,15 +178,23 @@ def test_eval_env_of_a_checkpoint_reads_its_env_settings_or_infers_the_stack() -
         "env_id": PONG,
         "env": {"max_episode_steps": 100, "frame_stack": 1, "repeat_action_probability": 0.0},
         "obs_shape": [1, 84, 84],
+        "n_actions": 6,
     }
     cfg = env_config_from_checkpoint(saved)
     assert (cfg.max_episode_steps, cfg.frame_stack, cfg.repeat_action_probability) == (100, 1, 0.0)
     # Older checkpoints store only max_episode_steps: the stack comes from the observation shape.
     cfg = env_config_from_checkpoint(
-        {"env_id": PONG, "env": {"max_episode_steps": None}, "obs_shape": [1, 84, 84]}
+        {
+            "env_id": PONG,
+            "env": {"max_episode_steps": None},
+            "obs_shape": [1, 84, 84],
+            "n_actions": 6,
+        }
     )
     assert cfg.frame_stack == 1 and cfg.repeat_action_probability is None
-    cfg = env_config_from_checkpoint({"env_id": "CartPole-v1", "env": {}, "obs_shape": [4]})
+    cfg = env_config_from_checkpoint(
+        {"env_id": "CartPole-v1", "env": {}, "obs_shape": [4], "n_actions": 2}
+    )
     assert cfg.frame_stack is None
 
 

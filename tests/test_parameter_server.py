@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from a3c_ray.algo.messages import GradientPush
+from a3c_ray.algo.messages import CheckpointMeta, GradientPush
 from a3c_ray.algo.parameter_server import ParameterServer
 from a3c_ray.config import Config
 
 N = 10
-META = {"env_id": "CartPole-v1", "model": {}, "obs_shape": [4], "n_actions": 2}
+META = CheckpointMeta(env_id="CartPole-v1", obs_shape=(4,), n_actions=2)
 
 
 def make_ps(**overrides: object) -> ParameterServer:
     cfg = Config()
     for k, v in overrides.items():
         cfg.set(k.replace("__", "."), v)
-    return ParameterServer(cfg, np.zeros(N, dtype=np.float32), meta=dict(META))
+    return ParameterServer(cfg, np.zeros(N, dtype=np.float32), meta=META)
 
 
 def push(
@@ -154,19 +155,19 @@ def test_restore_refuses_a_checkpoint_of_another_env_or_model_shape(tmp_path: Pa
     from a3c_ray.rundir.checkpoint import CheckpointManager, newest_good_state
 
     other = make_ps()
-    other.meta["env_id"] = "Acrobot-v1"
+    other.meta = dataclasses.replace(META, env_id="Acrobot-v1")
     CheckpointManager(tmp_path / "a").save(other.state_dict())
     with pytest.raises(CheckpointError, match="env_id='Acrobot-v1', this run has 'CartPole-v1'"):
         ParameterServer(
-            Config(), np.zeros(N, dtype=np.float32), dict(META), newest_good_state(tmp_path / "a")
+            Config(), np.zeros(N, dtype=np.float32), META, newest_good_state(tmp_path / "a")
         )
-    bigger = ParameterServer(Config(), np.zeros(N + 5, dtype=np.float32), dict(META))
+    bigger = ParameterServer(Config(), np.zeros(N + 5, dtype=np.float32), META)
     CheckpointManager(tmp_path / "b").save(bigger.state_dict())
     with pytest.raises(
         CheckpointError, match=f"holds {N + 5} parameters, this run's model has {N}"
     ):
         ParameterServer(
-            Config(), np.zeros(N, dtype=np.float32), dict(META), newest_good_state(tmp_path / "b")
+            Config(), np.zeros(N, dtype=np.float32), META, newest_good_state(tmp_path / "b")
         )
 
 
@@ -181,7 +182,7 @@ def test_restore_continues_from_the_newest_good_checkpoint(tmp_path: Path) -> No
     newest = sorted(tmp_path.glob("ckpt-*.pt"))[-1]
     newest.write_bytes(b"PK\x03\x04torn")
     restored = ParameterServer(
-        Config(), np.zeros(N, dtype=np.float32), dict(META), newest_good_state(tmp_path)
+        Config(), np.zeros(N, dtype=np.float32), META, newest_good_state(tmp_path)
     )
     assert restored.version == 2 and restored.env_steps == 20 and restored.restored_from is not None
     assert restored.lineage != ps.lineage  # gradients of the old lineage will be dropped

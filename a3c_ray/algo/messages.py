@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from a3c_ray.config import Config, EnvConfig, ModelConfig
 
 
 @dataclass
@@ -37,3 +40,72 @@ class PushReply(NamedTuple):
     stop: bool
     applied: bool
     lineage: str = ""
+
+
+# The env settings a checkpoint records: what ``eval`` needs to rebuild the env it was trained on.
+CHECKPOINT_ENV_FIELDS = ("max_episode_steps", "frame_stack", "repeat_action_probability")
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """What every checkpoint says of its run besides the weights: the driver makes it, the
+    ParameterServer writes it into each checkpoint and checks a restore against it, and ``eval``
+    rebuilds the env and the network from it."""
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    n_actions: int
+    env: dict[str, Any] = field(default_factory=dict)
+    """The ``env`` settings of CHECKPOINT_ENV_FIELDS."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """The ``model`` section, field by field."""
+
+    @classmethod
+    def of(cls, cfg: Config, obs_shape: tuple[int, ...], n_actions: int) -> CheckpointMeta:
+        return cls(
+            env_id=cfg.env.id,
+            obs_shape=tuple(int(x) for x in obs_shape),
+            n_actions=int(n_actions),
+            env={k: getattr(cfg.env, k) for k in CHECKPOINT_ENV_FIELDS},
+            model=dataclasses.asdict(cfg.model),
+        )
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> CheckpointMeta:
+        """The meta of a loaded checkpoint (older ones may lack ``env``)."""
+        return cls(
+            env_id=str(state["env_id"]),
+            obs_shape=tuple(int(x) for x in state["obs_shape"]),
+            n_actions=int(state["n_actions"]),
+            env=dict(state.get("env") or {}),
+            model=dict(state.get("model") or {}),
+        )
+
+    def to_state(self) -> dict[str, Any]:
+        """Plain values only, as checkpoints hold (they are loaded with ``weights_only``)."""
+        return {
+            "env_id": self.env_id,
+            "obs_shape": list(self.obs_shape),
+            "n_actions": self.n_actions,
+            "env": dict(self.env),
+            "model": dict(self.model),
+        }
+
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(**self.model)
+
+    def env_config(self, stack_from_shape: bool) -> EnvConfig:
+        """One env as the run had it; settings the checkpoint lacks take their defaults, except the
+        frame stack, which [stack, H, W] observations tell when ``stack_from_shape`` (Atari)."""
+        saved = {k: v for k, v in self.env.items() if k in CHECKPOINT_ENV_FIELDS}
+        cfg = EnvConfig(id=self.env_id, num_envs=1, **saved)
+        if "frame_stack" not in saved and stack_from_shape and len(self.obs_shape) == 3:
+            cfg.frame_stack = self.obs_shape[0]
+        return cfg
+
+    def mismatch(self, other: CheckpointMeta) -> str | None:
+        """How a checkpoint of ``other`` does not fit this run, or None."""
+        for key in ("env_id", "obs_shape", "n_actions"):
+            if getattr(self, key) != getattr(other, key):
+                return f"is for {key}={getattr(other, key)!r}, this run has {getattr(self, key)!r}"
+        return None

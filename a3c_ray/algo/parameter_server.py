@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from a3c_ray.algo.messages import GradientPush, PushReply
+from a3c_ray.algo.messages import CheckpointMeta, GradientPush, PushReply
 from a3c_ray.algo.optim import make_optimizer
 from a3c_ray.algo.stats import Window
 from a3c_ray.config import Config
@@ -44,11 +44,11 @@ class ParameterServer:
         self,
         cfg: Config,
         init_params: np.ndarray,
-        meta: dict[str, Any] | None = None,
+        meta: CheckpointMeta | None = None,
         restore: dict[str, Any] | None = None,
     ):
         self.cfg = cfg
-        self.meta = dict(meta or {})
+        self.meta = meta
         self.flat = torch.nn.Parameter(torch.tensor(np.asarray(init_params, dtype=np.float32)))
         self.optimizer = make_optimizer([self.flat], cfg.algo)
         # Each pushed gradient is copied into this one buffer (arrays from Ray are read-only).
@@ -239,7 +239,7 @@ class ParameterServer:
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint needs: weights, optimizer statistics, version and counters."""
         return {
-            **self.meta,
+            **(self.meta.to_state() if self.meta else {}),
             "params": self.flat.detach().clone(),
             # A copy: torch's state_dict shares the live statistics tensors.
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),
@@ -260,11 +260,10 @@ class ParameterServer:
     def check_compatible(self, state: dict[str, Any]) -> None:
         """A checkpoint of another env or model shape is refused with a clear error."""
         where = state.get("path", "checkpoint")
-        for key in ("env_id", "obs_shape", "n_actions"):
-            if key in self.meta and key in state and self.meta[key] != state[key]:
-                raise CheckpointError(
-                    f"{where} is for {key}={state[key]!r}, this run has {self.meta[key]!r}"
-                )
+        if self.meta is not None and "env_id" in state:
+            problem = self.meta.mismatch(CheckpointMeta.from_state(state))
+            if problem:
+                raise CheckpointError(f"{where} {problem}")
         if state["params"].numel() != self.flat.numel():
             raise CheckpointError(
                 f"{where} holds {state['params'].numel()} parameters, "

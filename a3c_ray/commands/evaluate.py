@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -11,33 +10,25 @@ import gymnasium as gym
 import torch
 
 from a3c_ray.algo.evaluation import run_episodes, summarize
+from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import ActorCritic, build_model, num_params, set_flat_params
-from a3c_ray.config import EnvConfig, ModelConfig
+from a3c_ray.config import EnvConfig
 from a3c_ray.envs.make import check_env_id, is_atari, make_eval_env
 from a3c_ray.errors import CheckpointError, ConfigError
 from a3c_ray.rundir.checkpoint import load_checkpoint
 
 
 def env_config_from_checkpoint(state: dict[str, Any]) -> EnvConfig:
-    """The evaluation env of a checkpoint: its env id and the ``env`` settings it recorded.
-
-    Settings it lacks take their defaults, except the frame stack, which the observation shape
-    tells for Atari ([stack, 84, 84]).
-    """
-    env_id = str(state["env_id"])
-    known = {f.name for f in dataclasses.fields(EnvConfig)} - {"id", "num_envs"}
-    saved = {k: v for k, v in dict(state.get("env") or {}).items() if k in known}
-    cfg = EnvConfig(id=env_id, num_envs=1, **saved)
-    if "frame_stack" not in saved and is_atari(env_id) and len(state["obs_shape"]) == 3:
-        cfg.frame_stack = int(state["obs_shape"][0])
-    return cfg
+    """The evaluation env of a checkpoint: its env id and the ``env`` settings it recorded."""
+    meta = CheckpointMeta.from_state(state)
+    return meta.env_config(stack_from_shape=is_atari(meta.env_id))
 
 
 def model_from_checkpoint(state: dict[str, Any]) -> ActorCritic:
     """Rebuild the network a checkpoint was saved from and load its weights."""
     try:
-        cfg = ModelConfig(**state["model"])
-        model = build_model(cfg, tuple(state["obs_shape"]), int(state["n_actions"]))
+        meta = CheckpointMeta.from_state(state)
+        model = build_model(meta.model_config(), meta.obs_shape, meta.n_actions)
     except (TypeError, ValueError) as e:
         raise CheckpointError(
             f"checkpoint {state['path']} has an unusable model description ({e})"

@@ -9,7 +9,7 @@ from typing import Any
 
 import ray
 
-from a3c_ray.algo.messages import GradientPush, PushReply
+from a3c_ray.algo.messages import CheckpointMeta, GradientPush, PushReply
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.algo.worker import Worker
 from a3c_ray.config import Config
@@ -31,9 +31,9 @@ class ParameterServerShell(ParameterServer):
     restart never depends on a large constructor argument kept in the object store.
     """
 
-    def __init__(self, cfg: Config, meta: dict[str, Any], run_dir: str, run: str):
+    def __init__(self, cfg: Config, meta: CheckpointMeta, run_dir: str, run: str):
         one_torch_thread()
-        init = initial_params(cfg, tuple(meta["obs_shape"]), int(meta["n_actions"]))
+        init = initial_params(cfg, meta.obs_shape, meta.n_actions)
         # The run directory may be a URI: restore from this node's copy of its checkpoints.
         restore = newest_good_state(RunStorage(run_dir).download_checkpoints())
         ParameterServer.__init__(self, cfg, init, meta, restore)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from a3c_ray.algo.messages import GradientPush
+from a3c_ray.algo.messages import CheckpointMeta, GradientPush
 from a3c_ray.algo.models import build_model, num_params, sample_actions
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.config import Config
@@ -183,7 +183,7 @@ def ps_actor(cfg: Config, seconds: float, in_flight: int) -> dict[str, float]:
 
     c = _bench_config(cfg)
     obs_space, act_space = env_spaces(c.env)
-    meta = {"env_id": c.env.id, "obs_shape": list(obs_space.shape), "n_actions": int(act_space.n)}
+    meta = CheckpointMeta.of(c, obs_space.shape, int(act_space.n))
     with tempfile.TemporaryDirectory(prefix="a3c-bench-ps-") as tmp:
         actor = (
             actors.parameter_server_class()

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from a3c_ray.algo import choices
 from a3c_ray.algo import parameter_server as ps_mod
+from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, env_spaces
 from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
@@ -87,17 +88,7 @@ class Run:
         obs_space, act_space = env_spaces(cfg.env)
         self.obs_shape = tuple(int(x) for x in obs_space.shape)
         self.n_actions = int(act_space.n)
-        meta = {
-            "env_id": cfg.env.id,
-            "env": {
-                "max_episode_steps": cfg.env.max_episode_steps,
-                "frame_stack": cfg.env.frame_stack,
-                "repeat_action_probability": cfg.env.repeat_action_probability,
-            },
-            "model": dict(vars(cfg.model)),
-            "obs_shape": list(self.obs_shape),
-            "n_actions": self.n_actions,
-        }
+        meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions)
         restartable = {
             "max_restarts": -1,
             "max_task_retries": -1,
