@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 """The run, or the job, failed."""
@@ -28,9 +30,14 @@ class UsageError(Exception):
 
 
 def one_line(e: BaseException) -> str:
-    """An exception as one line: its first line, or the last of a traceback it carries (Ray's
-    errors from a remote process end with the cause)."""
+    """An exception as one line: the last ``SomeError: message`` line it carries (the cause, where
+    Ray wraps an error raised in another process with its traceback), else its first line."""
     lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
     if not lines:
         return type(e).__name__
-    return lines[-1] if any(line.startswith("Traceback") for line in lines) else lines[0]
+    causes = [line for line in lines if _ERROR_LINE.match(line)]
+    return causes[-1] if causes else lines[0]
+
+
+# "ValueError: ...", "a3c_ray.envs.faults.EnvFailure: ...": an exception's own line in a traceback.
+_ERROR_LINE = re.compile(r"^([a-z_]\w*\.)*[A-Z]\w*: ")

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
+from a3c_ray.algo.messages import Progress
 from a3c_ray.commands import bench, bench_stability
 from a3c_ray.commands.bench_plot import episode_seconds, moving_mean
 from a3c_ray.config import Config
@@ -27,17 +28,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def sample(
-    t: float, steps: int, updates: int, stale: float, stop: str | None = None
-) -> dict[str, Any]:
-    return {
-        "train_seconds": t,
-        "env_steps": steps,
-        "gradients_applied": updates,
-        "staleness_mean": stale,
-        "staleness_max": 3,
-        "stop_reason": stop,
-    }
+def sample(t: float, steps: int, updates: int, stale: float, stop: str | None = None) -> Progress:
+    zero = {f.name: 0 for f in dataclasses.fields(Progress)}
+    return dataclasses.replace(
+        Progress(**zero),  # type: ignore[arg-type]
+        train_seconds=t,
+        env_steps=steps,
+        gradients_applied=updates,
+        staleness_mean=stale,
+        staleness_max=3,
+        stop_reason=stop,
+    )
 
 
 # -- arithmetic ---------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def test_losing_a_node_restarts_its_worker_elsewhere_and_training_completes(
     def remove() -> None:
         try:
             ps = named_actor("ParameterServer", run_dir)
-            wait_for(lambda: ray.get(ps.progress.remote())["env_steps"] > 5_000, what="training")  # type: ignore[attr-defined]
+            wait_for(lambda: ray.get(ps.progress.remote()).env_steps > 5_000, what="training")  # type: ignore[attr-defined]
             victim_id = actor_node(run_dir, "Worker-0")
             victim = next(n for n in cluster.worker_nodes if n.node_id == victim_id)
             cluster.remove_node(victim, allow_graceful=False)

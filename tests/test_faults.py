@@ -43,7 +43,7 @@ def test_killed_worker_is_restarted_and_only_its_rollout_is_lost(
     cfg = small_config(run_dir, run__max_steps=40_000, run__restart_backoff=0.1)
 
     def kill() -> None:
-        wait_for(lambda: progress(run_dir)["env_steps"] > 5_000, what="training to start")
+        wait_for(lambda: progress(run_dir).env_steps > 5_000, what="training to start")
         ray.kill(named_actor("Worker-1", run_dir), no_restart=False)
 
     errors = in_background(kill)
@@ -67,15 +67,15 @@ def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(
             lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 2, what="two checkpoints"
         )
         before = progress(run_dir)
-        seen["steps_before"] = before["env_steps"]
+        seen["steps_before"] = before.env_steps
         seen["ckpt_steps"] = int(load_checkpoint(run_dir / "checkpoints" / "latest")["env_steps"])
         ray.kill(named_actor("ParameterServer", run_dir), no_restart=False)
         # ray.kill is asynchronous: a call right after it may still reach the old instance, so
         # wait until the restarted server answers.
-        wait_for(lambda: progress(run_dir)["ps_restarts"] >= 1, what="the restarted server")
+        wait_for(lambda: progress(run_dir).ps_restarts >= 1, what="the restarted server")
         after = progress(run_dir)
-        seen["steps_after"] = after["env_steps"]
-        seen["restarts"] = after["ps_restarts"]
+        seen["steps_after"] = after.env_steps
+        seen["restarts"] = after.ps_restarts
 
     errors = in_background(kill)
     result = train(cfg)

@@ -94,7 +94,7 @@ def live_run(
     t = threading.Thread(target=lambda: box.update(result=train(cfg)), daemon=True)
     t.start()
     ps = named_actor("ParameterServer", run_dir)
-    wait_for(lambda: ray.get(ps.progress.remote())["env_steps"] > 3_000, what="training")  # type: ignore[attr-defined]
+    wait_for(lambda: ray.get(ps.progress.remote()).env_steps > 3_000, what="training")  # type: ignore[attr-defined]
     box["ps"] = ps
     yield box
     if t.is_alive():

@@ -41,7 +41,7 @@ def test_push_applies_gradient_moves_version_and_returns_new_weights() -> None:
     assert reply.weights is not None
     # Adam's first step moves every parameter by lr against the gradient's sign.
     np.testing.assert_allclose(reply.weights, -ps.cfg.algo.lr, rtol=1e-3)
-    assert ps.progress()["env_steps"] == 10
+    assert ps.progress().env_steps == 10
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -54,7 +54,7 @@ def test_non_finite_gradient_is_dropped_and_counted(bad: float) -> None:
     assert reply.weights is None  # the version did not move past the worker's
     assert ps.version == 0 and ps.dropped_nonfinite == 1
     np.testing.assert_array_equal(ps.weights(), np.zeros(N))
-    assert ps.progress()["gradients_dropped"] == 1
+    assert ps.progress().gradients_dropped == 1
 
 
 def test_staleness_is_tracked_and_max_staleness_drops_old_gradients() -> None:
@@ -65,7 +65,7 @@ def test_staleness_is_tracked_and_max_staleness_drops_old_gradients() -> None:
     assert not reply.applied and ps.dropped_stale == 1 and ps.version == 2
     assert reply.weights is not None  # the worker is behind: it gets the newest weights
     p = ps.progress()
-    assert p["staleness_max"] == 1 and p["staleness_mean"] == pytest.approx(0.5)
+    assert p.staleness_max == 1 and p.staleness_mean == pytest.approx(0.5)
 
 
 def test_gradient_is_clipped_to_global_norm() -> None:
@@ -202,8 +202,8 @@ def test_a_restored_server_keeps_each_drop_reason() -> None:
     other = make_ps(algo__max_staleness=0)
     other.load_state_dict(ps.state_dict())
     p = other.progress()
-    assert (p["dropped_nonfinite"], p["dropped_stale"], p["dropped_resync"]) == (1, 1, 2)
-    assert p["gradients_dropped"] == 4
+    assert (p.dropped_nonfinite, p.dropped_stale, p.dropped_resync) == (1, 1, 2)
+    assert p.gradients_dropped == 4
 
 
 def test_a_checkpoint_without_the_reasons_restores_its_total() -> None:
@@ -213,7 +213,7 @@ def test_a_checkpoint_without_the_reasons_restores_its_total() -> None:
     state["gradients_dropped"] = 5
     other = make_ps()
     other.load_state_dict(state)
-    assert other.progress()["gradients_dropped"] == 5
+    assert other.progress().gradients_dropped == 5
 
 
 def test_an_unknown_optimizer_is_refused_not_replaced_by_adam() -> None:

@@ -109,3 +109,39 @@ class CheckpointMeta:
             if getattr(self, key) != getattr(other, key):
                 return f"is for {key}={getattr(other, key)!r}, this run has {getattr(self, key)!r}"
         return None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The ParameterServer's counters at one moment: what the driver, `status`, `scale` and the
+    bench read of a run."""
+
+    env_steps: int
+    """Env steps in all pushes applied or not, since the run began (resumes included)."""
+    version: int
+    """The weights' version: gradients applied since the run began."""
+    gradients_applied: int
+    gradients_dropped: int
+    """All three reasons together."""
+    dropped_nonfinite: int
+    dropped_stale: int
+    dropped_resync: int
+    env_restarts: int
+    ps_restarts: int
+    restored_from: str | None
+    """The checkpoint this server started from, if any."""
+    worker_steps: dict[int, int]
+    """Env steps per Worker slot."""
+    desired_workers: int | None
+    """The Workers `a3c-ray scale` asked for; None: as started."""
+    episodes: int
+    mean_return_100: float
+    """Mean return of the last 100 episodes (NaN before the first)."""
+    staleness_mean: float
+    staleness_max: int
+    train_seconds: float
+    """Seconds since the first gradient arrived, resumes included."""
+    stop_reason: str | None
+    """Why training stops (target, max_steps, time_limit, interrupted, error); None while it goes on."""
+    steps_to_target: int | None
+    seconds_to_target: float | None

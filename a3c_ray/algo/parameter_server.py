@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from a3c_ray.algo.messages import CheckpointMeta, GradientPush, PushReply
+from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply
 from a3c_ray.algo.optim import make_optimizer
 from a3c_ray.algo.stats import Window
 from a3c_ray.config import Config
@@ -187,30 +187,30 @@ class ParameterServer:
     def get_weights(self) -> tuple[np.ndarray, int, str]:
         return self.weights(), self.version, self.lineage
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> Progress:
         n = max(self.gradients_applied, 1)
-        return {
-            "env_steps": self.env_steps,
-            "version": self.version,
-            "gradients_applied": self.gradients_applied,
-            "gradients_dropped": self.gradients_dropped(),
-            "dropped_nonfinite": self.dropped_nonfinite,
-            "dropped_stale": self.dropped_stale,
-            "dropped_resync": self.dropped_resync,
-            "env_restarts": self.env_restarts,
-            "ps_restarts": self.restarts,
-            "restored_from": self.restored_from,
-            "worker_steps": dict(self.worker_steps),
-            "desired_workers": self.desired_workers,
-            "episodes": self.episodes,
-            "mean_return_100": self.mean_return_100(),
-            "staleness_mean": self.staleness_sum / n,
-            "staleness_max": self.staleness_max,
-            "train_seconds": self.train_seconds(),
-            "stop_reason": self.stop_reason,
-            "steps_to_target": self.steps_to_target,
-            "seconds_to_target": self.seconds_to_target,
-        }
+        return Progress(
+            env_steps=self.env_steps,
+            version=self.version,
+            gradients_applied=self.gradients_applied,
+            gradients_dropped=self.gradients_dropped(),
+            dropped_nonfinite=self.dropped_nonfinite,
+            dropped_stale=self.dropped_stale,
+            dropped_resync=self.dropped_resync,
+            env_restarts=self.env_restarts,
+            ps_restarts=self.restarts,
+            restored_from=self.restored_from,
+            worker_steps=dict(self.worker_steps),
+            desired_workers=self.desired_workers,
+            episodes=self.episodes,
+            mean_return_100=self.mean_return_100(),
+            staleness_mean=self.staleness_sum / n,
+            staleness_max=self.staleness_max,
+            train_seconds=self.train_seconds(),
+            stop_reason=self.stop_reason,
+            steps_to_target=self.steps_to_target,
+            seconds_to_target=self.seconds_to_target,
+        )
 
     def drain_stats(self) -> dict[str, Any]:
         """Training statistics gathered since the last call, for the Monitor's charts."""

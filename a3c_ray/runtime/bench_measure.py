@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from a3c_ray.algo.messages import CheckpointMeta, GradientPush
+from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress
 from a3c_ray.algo.models import build_model, num_params, sample_actions
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.config import Config
@@ -220,10 +220,10 @@ class _MeasuredRun(driver.Run):
     """The driver's Run, keeping each progress snapshot the watch loop reads."""
 
     def __init__(self, cfg: Config, run_dir: Path, workers: int):
-        self.samples: list[dict[str, Any]] = []
+        self.samples: list[Progress] = []
         super().__init__(cfg, run_dir, workers)
 
-    def _refresh(self, bar: tqdm, p: dict[str, Any]) -> None:
+    def _refresh(self, bar: tqdm, p: Progress) -> None:
         self.samples.append(p)
 
 
@@ -240,26 +240,26 @@ def train_throughput(cfg: Config, workers: int, seconds: float) -> dict[str, Any
         if run.errors:
             raise RuntimeError("; ".join(run.errors))
     out = window_rates(run.samples, WARMUP_SECONDS)
-    stop = next((p for p in run.samples if p["stop_reason"]), run.samples[-1])
+    stop = next((p for p in run.samples if p.stop_reason), run.samples[-1])
     out["workers"] = workers
-    out["staleness_max"] = stop["staleness_max"]
+    out["staleness_max"] = stop.staleness_max
     out["per_worker"] = [
-        worker_split(run.results[i], stop["train_seconds"]) for i in sorted(run.results)
+        worker_split(run.results[i], stop.train_seconds) for i in sorted(run.results)
     ]
     return out
 
 
-def window_rates(samples: list[dict[str, Any]], warmup: float) -> dict[str, Any]:
+def window_rates(samples: list[Progress], warmup: float) -> dict[str, Any]:
     """Env steps/s, updates/s and mean staleness between the first snapshot after ``warmup`` seconds
     of training and the last one before the stop; the whole run when that window is empty."""
-    live = [p for p in samples if p["gradients_applied"] > 0 and not p["stop_reason"]]
-    inside = [p for p in live if p["train_seconds"] >= warmup]
+    live = [p for p in samples if p.gradients_applied > 0 and not p.stop_reason]
+    inside = [p for p in live if p.train_seconds >= warmup]
     a, b = (inside[0], inside[-1]) if len(inside) >= 2 else (None, (live or samples)[-1])
-    secs = b["train_seconds"] - (a["train_seconds"] if a else 0.0)
-    steps = b["env_steps"] - (a["env_steps"] if a else 0)
-    updates = b["gradients_applied"] - (a["gradients_applied"] if a else 0)
-    stale_sum = b["staleness_mean"] * b["gradients_applied"] - (
-        a["staleness_mean"] * a["gradients_applied"] if a else 0.0
+    secs = b.train_seconds - (a.train_seconds if a else 0.0)
+    steps = b.env_steps - (a.env_steps if a else 0)
+    updates = b.gradients_applied - (a.gradients_applied if a else 0)
+    stale_sum = b.staleness_mean * b.gradients_applied - (
+        a.staleness_mean * a.gradients_applied if a else 0.0
     )
     return {
         "seconds": secs,

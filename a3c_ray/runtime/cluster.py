@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import ray
 
+from a3c_ray.algo.messages import Progress
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError, one_line
 from a3c_ray.runtime.remote import NAMESPACE
@@ -221,17 +222,16 @@ def collect(prefix: str | None = None, interval: float = 1.0) -> list[dict[str, 
         out.append(
             {
                 "run": run,
-                "env_steps": second["env_steps"],
-                "sps": (second["env_steps"] - before["env_steps"]) / dt,
-                "updates_per_second": (second["gradients_applied"] - before["gradients_applied"])
-                / dt,
-                "version": second["version"],
-                "staleness_mean": second["staleness_mean"],
-                "staleness_max": second["staleness_max"],
-                "mean_return_100": second["mean_return_100"],
+                "env_steps": second.env_steps,
+                "sps": (second.env_steps - before.env_steps) / dt,
+                "updates_per_second": (second.gradients_applied - before.gradients_applied) / dt,
+                "version": second.version,
+                "staleness_mean": second.staleness_mean,
+                "staleness_max": second.staleness_max,
+                "mean_return_100": second.mean_return_100,
                 "last_eval_return": (monitor or {}).get("last_eval_return"),
-                "stop_reason": second["stop_reason"],
-                "ps_restarts": second["ps_restarts"],
+                "stop_reason": second.stop_reason,
+                "ps_restarts": second.ps_restarts,
                 "workers": worker_states(run),
             }
         )
@@ -333,8 +333,8 @@ def set_workers(run: str, workers: int, address: str | None) -> tuple[str, int |
     started = attach(cluster) if not ray.is_initialized() else False
     try:
         ps = ray.get_actor(f"{run_id}/ParameterServer", namespace=NAMESPACE)
-        progress = cast(dict[str, Any], ray.get(ps.progress.remote()))
-        before = progress["desired_workers"]
+        progress = cast(Progress, ray.get(ps.progress.remote()))
+        before = progress.desired_workers
         ray.get(ps.set_workers.remote(workers))
     finally:
         detach(started)

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from a3c_ray.algo import choices
 from a3c_ray.algo import parameter_server as ps_mod
-from a3c_ray.algo.messages import CheckpointMeta
+from a3c_ray.algo.messages import CheckpointMeta, Progress
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, env_spaces
 from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
@@ -106,8 +106,8 @@ class Run:
             .remote(cfg, run_dir, self.obs_shape, self.n_actions, self.run_id)
         )
         start = ray.get(self.ps.progress.remote())
-        self.start_steps = start["env_steps"]
-        self.restored_from = start["restored_from"]
+        self.start_steps = start.env_steps
+        self.restored_from = start.restored_from
         self.metrics = DriverMetrics(self.run_id)
         self.worker_cls = actors.worker_class()
         self.workers: dict[int, Any] = {}
@@ -195,7 +195,6 @@ class Run:
     def watch(self, bar: tqdm) -> None:
         """Wait for the Workers to finish, ticking the Monitor and the progress bar meanwhile."""
         tick_ref, last_tick = None, 0.0
-        progress: dict[str, Any] = {}
         while self.pending or self.restart_at:
             ready, _ = (
                 ray.wait(list(self.pending), num_returns=1, timeout=0.25)
@@ -219,11 +218,11 @@ class Run:
                 tick_ref = None
             if tick_ref is None and time.monotonic() - last_tick >= self.cfg.monitor.log_every:
                 tick_ref, last_tick = self.monitor.tick.remote(), time.monotonic()
-            progress = ray.get(self.ps.progress.remote())
-            stopping = progress["stop_reason"] is not None
+            progress: Progress = ray.get(self.ps.progress.remote())
+            stopping = progress.stop_reason is not None
             self._restart_due_workers(stopping)
-            if not stopping and progress["desired_workers"] is not None:
-                self._scale_to(progress["desired_workers"])
+            if not stopping and progress.desired_workers is not None:
+                self._scale_to(progress.desired_workers)
             self._refresh(bar, progress)
             if not self.pending and not self.restart_at:
                 break
@@ -231,15 +230,15 @@ class Run:
             with contextlib.suppress(ray.exceptions.RayError):
                 self.monitor_report = ray.get(tick_ref)
 
-    def _refresh(self, bar: tqdm, p: dict[str, Any]) -> None:
-        bar.update(min(p["env_steps"], bar.total) - bar.n)
-        secs = p["train_seconds"]
+    def _refresh(self, bar: tqdm, p: Progress) -> None:
+        bar.update(min(p.env_steps, bar.total) - bar.n)
+        secs = p.train_seconds
         ev = self.monitor_report.get("last_eval_return")
         restarts = f" | restarts {self.worker_restarts}" if self.worker_restarts else ""
         bar.set_postfix_str(
-            f"SPS {p['env_steps'] / secs if secs > 0 else 0:,.0f} | ret100 {p['mean_return_100']:.1f}"
+            f"SPS {p.env_steps / secs if secs > 0 else 0:,.0f} | ret100 {p.mean_return_100:.1f}"
             f" | eval {'-' if ev is None else f'{ev:.1f}'}"
-            f" | stale {p['staleness_mean']:.2f}/{p['staleness_max']}{restarts}",
+            f" | stale {p.staleness_mean:.2f}/{p.staleness_max}{restarts}",
             refresh=False,
         )
 
@@ -263,28 +262,28 @@ class Run:
             "env_id": self.cfg.env.id,
             "workers": self.current_workers,
             "workers_max": self.n_workers,
-            "env_steps": p["env_steps"],
-            "gradient_updates": p["gradients_applied"],
-            "train_seconds": round(p["train_seconds"], 3),
+            "env_steps": p.env_steps,
+            "gradient_updates": p.gradients_applied,
+            "train_seconds": round(p.train_seconds, 3),
             "wall_seconds": round(time.monotonic() - started_at, 3),
-            "env_steps_per_second": _rate(p["env_steps"] - self.start_steps, p["train_seconds"]),
+            "env_steps_per_second": _rate(p.env_steps - self.start_steps, p.train_seconds),
             "target_return": self.cfg.run.target_return,
-            "seconds_to_target": p["seconds_to_target"],
-            "steps_to_target": p["steps_to_target"],
-            "mean_return_100": _finite(p["mean_return_100"]),
-            "episodes": p["episodes"],
+            "seconds_to_target": p.seconds_to_target,
+            "steps_to_target": p.steps_to_target,
+            "mean_return_100": _finite(p.mean_return_100),
+            "episodes": p.episodes,
             "best_eval_return": self.monitor_report.get("best_eval_return"),
             "last_eval_return": self.monitor_report.get("last_eval_return"),
             "checkpoint": self.monitor_report.get("checkpoint"),
             "eval_failures": self.monitor_report.get("eval_failures", 0),
-            "stopped_because": p["stop_reason"],
+            "stopped_because": p.stop_reason,
             "worker_restarts": self.worker_restarts,
-            "ps_restarts": p["ps_restarts"],
-            "env_restarts": p["env_restarts"],
-            "gradients_dropped": p["gradients_dropped"],
-            "staleness_mean": p["staleness_mean"],
-            "staleness_max": p["staleness_max"],
-            "version": p["version"],
+            "ps_restarts": p.ps_restarts,
+            "env_restarts": p.env_restarts,
+            "gradients_dropped": p.gradients_dropped,
+            "staleness_mean": p.staleness_mean,
+            "staleness_max": p.staleness_max,
+            "version": p.version,
             "resumed_from": self.restored_from,
             "worker_nodes": nodes,
             "run_id": self.run_id,
