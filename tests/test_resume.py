@@ -76,9 +76,12 @@ def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run
         main(["train", "--resume", str(finished_run), "--max-steps", "24000", "--no-progress"]) == 0
     )
     second = summary(finished_run)
-    assert second["stopped_because"] == "max_steps" and second.env_steps >= 24_000
+    assert second["stopped_because"] == "max_steps" and second["env_steps"] >= 24_000
     assert second["resumed_from"] == last_ckpt["path"]
-    assert second.version > first.version and second["gradient_updates"] > first["gradient_updates"]
+    assert (
+        second["version"] > first["version"]
+        and second["gradient_updates"] > first["gradient_updates"]
+    )
     assert Config.load(finished_run / "config.yaml").run.max_steps == 24_000
     # TensorBoard curves go on from the checkpoint's step: nothing new is logged before it.
     tags_after = read_tags(finished_run / "tb")
