@@ -74,7 +74,7 @@ def test_gradient_is_clipped_to_global_norm() -> None:
     clipped.push(push(g * 100))
     reference.push(push(g / np.linalg.norm(g) * 0.5))
     np.testing.assert_allclose(clipped.weights(), reference.weights(), rtol=1e-4, atol=1e-7)
-    assert clipped.drain_stats()["grad_norm"] == pytest.approx(
+    assert clipped.drain_stats().grad_norm == pytest.approx(
         float(np.linalg.norm(g * 100)), rel=1e-5
     )
 
@@ -122,11 +122,11 @@ def test_drain_stats_reports_episodes_and_losses_once() -> None:
     ps.push(push(episode_returns=[3.0], episode_lengths=[3], stats={"entropy": 0.5}))
     ps.push(push(version=1, stats={"entropy": 0.7}))
     s = ps.drain_stats()
-    assert s["episodes"] == [(10, 3.0, 3)]
-    assert s["means"]["entropy"] == pytest.approx(0.6)
-    assert s["updates"] == 2 and s["pushes"] == 2
+    assert s.episodes == [(10, 3.0, 3)]
+    assert s.means["entropy"] == pytest.approx(0.6)
+    assert s.updates == 2 and s.pushes == 2
     again = ps.drain_stats()
-    assert again["episodes"] == [] and again["updates"] == 0
+    assert again.episodes == [] and again.updates == 0
 
 
 def test_state_dict_round_trip_restores_weights_optimizer_and_counters() -> None:
@@ -233,14 +233,14 @@ def test_update_norm_is_the_size_of_the_step_the_optimizer_took() -> None:
     ps.push(push(0.01))
     step = np.linalg.norm(ps.weights() - before)
     s = ps.drain_stats()
-    assert s["update_norm"] == pytest.approx(step, rel=1e-5) and step > 0
+    assert s.update_norm == pytest.approx(step, rel=1e-5) and step > 0
     # RMSProp with epsilon 0.1: a gradient 100x smaller moves the weights about 100x less,
     # where Adam would move them by about lr whatever the gradient's size.
     small = make_ps(algo__optimizer="rmsprop", algo__optimizer_eps=0.1, algo__max_grad_norm=None)
     small.push(push(0.0001))
-    assert small.drain_stats()["update_norm"] < step / 50
+    assert small.drain_stats().update_norm < step / 50
     adam = make_ps(algo__optimizer="adam", algo__optimizer_eps=1e-5, algo__max_grad_norm=None)
     adam.push(push(0.0001))
     # 1e-4 / (1e-4 + epsilon 1e-5) of lr per parameter: 0.91 lr, against 0.0001 for RMSProp.
     expected = adam.cfg.algo.lr * np.sqrt(N) * 1e-4 / (1e-4 + 1e-5)
-    assert adam.drain_stats()["update_norm"] == pytest.approx(expected, rel=1e-3)
+    assert adam.drain_stats().update_norm == pytest.approx(expected, rel=1e-3)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from a3c_ray.algo.stats import WindowStats
 from a3c_ray.config import Config
 
 
@@ -36,18 +37,18 @@ class InProcessRun:
     trace: list[dict[str, Any]] = field(default_factory=list)
 
 
-def trace_row(ps: Any, s: dict[str, Any], max_grad_norm: float) -> dict[str, Any]:
-    means = s["means"]
-    episodes = s["episodes"]
+def trace_row(ps: Any, s: WindowStats, max_grad_norm: float) -> dict[str, Any]:
+    means = s.means
+    episodes = s.episodes
     return {
         "env_steps": ps.env_steps,
         "mean_100": round(ps.mean_return_100(), 1) if ps.recent_returns else None,
         "entropy": round(means.get("entropy", math.nan), 3),
         "value_loss": round(means.get("value_loss", math.nan), 2),
-        "grad_norm": round(s["grad_norm"] or 0.0, 2),
+        "grad_norm": round(s.grad_norm or 0.0, 2),
         "grad_norm_max": round(max_grad_norm, 1),
-        "update_norm": round(s["update_norm"] or 0.0, 4),
-        "staleness": round(s["staleness_mean"] or 0.0, 2),
+        "update_norm": round(s.update_norm or 0.0, 4),
+        "staleness": round(s.staleness_mean or 0.0, 2),
         "episodes": len(episodes),
         "short_episodes": sum(1 for _, _, length in episodes if length < 100),
     }

@@ -20,7 +20,7 @@ import torch
 
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply
 from a3c_ray.algo.optim import make_optimizer
-from a3c_ray.algo.stats import Window
+from a3c_ray.algo.stats import Window, WindowStats
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError
 
@@ -212,10 +212,10 @@ class ParameterServer:
             seconds_to_target=self.seconds_to_target,
         )
 
-    def drain_stats(self) -> dict[str, Any]:
+    def drain_stats(self) -> WindowStats:
         """Training statistics gathered since the last call, for the Monitor's charts."""
         window, self._pending = self._pending, Window()
-        return {**window.summary(), "env_steps": self.env_steps, "version": self.version}
+        return window.summary(self.env_steps, self.version)
 
     def gradients_dropped(self) -> int:
         return self.dropped_nonfinite + self.dropped_stale + self.dropped_resync

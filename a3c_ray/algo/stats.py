@@ -3,7 +3,29 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """Training between two reads of the Monitor: what its charts plot."""
+
+    seconds: float
+    env_steps: int
+    """The run's env steps at the read: the charts' x axis."""
+    version: int
+    episodes: list[tuple[int, float, int]] = field(default_factory=list)
+    """(env steps at its end, return, length) of each episode that ended."""
+    pushes: int = 0
+    updates: int = 0
+    updates_per_second: float = 0.0
+    staleness_mean: float | None = None
+    """None when no gradient was applied in the window; so are the next three."""
+    staleness_max: int | None = None
+    grad_norm: float | None = None
+    update_norm: float | None = None
+    means: dict[str, float] = field(default_factory=dict)
+    """Mean of each loss term and timing the Workers reported."""
 
 
 class Window:
@@ -32,18 +54,20 @@ class Window:
         self.staleness_max = max(self.staleness_max, staleness)
         self.grad_norm_sum += grad_norm
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, env_steps: int, version: int) -> WindowStats:
         seconds = max(time.monotonic() - self.t0, 1e-9)
         pushes, updates = max(self.pushes, 1), max(self.updates, 1)
-        return {
-            "seconds": seconds,
-            "episodes": self.episodes,
-            "pushes": self.pushes,
-            "updates": self.updates,
-            "updates_per_second": self.updates / seconds,
-            "staleness_mean": self.staleness_sum / updates if self.updates else None,
-            "staleness_max": self.staleness_max if self.updates else None,
-            "grad_norm": self.grad_norm_sum / updates if self.updates else None,
-            "update_norm": self.update_norm_sum / updates if self.updates else None,
-            "means": {k: v / pushes for k, v in self.stat_sums.items()},
-        }
+        return WindowStats(
+            seconds=seconds,
+            env_steps=env_steps,
+            version=version,
+            episodes=self.episodes,
+            pushes=self.pushes,
+            updates=self.updates,
+            updates_per_second=self.updates / seconds,
+            staleness_mean=self.staleness_sum / updates if self.updates else None,
+            staleness_max=self.staleness_max if self.updates else None,
+            grad_norm=self.grad_norm_sum / updates if self.updates else None,
+            update_norm=self.update_norm_sum / updates if self.updates else None,
+            means={k: v / pushes for k, v in self.stat_sums.items()},
+        )

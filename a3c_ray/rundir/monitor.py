@@ -21,6 +21,7 @@ from a3c_ray import metric_names as M
 from a3c_ray.algo.evaluation import run_episodes, summarize
 from a3c_ray.algo.models import build_model, set_flat_params
 from a3c_ray.algo.seeding import Stream, derive_seeds
+from a3c_ray.algo.stats import WindowStats
 from a3c_ray.config import Config
 from a3c_ray.envs.make import make_eval_env
 from a3c_ray.rundir import layout
@@ -29,7 +30,7 @@ from a3c_ray.rundir.storage import RunStorage
 
 
 class ParameterServerLike(Protocol):
-    def drain_stats(self) -> dict[str, Any]: ...
+    def drain_stats(self) -> WindowStats: ...
     def state_dict(self) -> dict[str, Any]: ...
 
 
@@ -96,9 +97,9 @@ class Monitor:
             "last_eval_error": self.last_eval_error,
         }
 
-    def log_training(self, s: dict[str, Any]) -> None:
-        w, step = self.writer, s["env_steps"]
-        for at, ret, length in s["episodes"]:
+    def log_training(self, s: WindowStats) -> None:
+        w, step = self.writer, s.env_steps
+        for at, ret, length in s.episodes:
             w.add_scalar(M.EPISODIC_RETURN, ret, at)
             w.add_scalar(M.EPISODIC_LENGTH, length, at)
         now = time.monotonic()
@@ -106,13 +107,13 @@ class Monitor:
             w.add_scalar(M.SPS, (step - self._last_steps) / (now - self._last_time), step)
         self._last_steps, self._last_time = step, now
         for key, tag in M.LOSS_TAGS.items():
-            if key in s["means"]:
-                w.add_scalar(tag, s["means"][key], step)
-        if s["updates"]:
-            w.add_scalar(M.GRAD_NORM, s["grad_norm"], step)
-            w.add_scalar(M.STALENESS, s["staleness_mean"], step)
-            w.add_scalar(M.UPDATE_NORM, s["update_norm"], step)
-        w.add_scalar(M.UPDATES_PER_SECOND, s["updates_per_second"], step)
+            if key in s.means:
+                w.add_scalar(tag, s.means[key], step)
+        if s.updates:
+            w.add_scalar(M.GRAD_NORM, s.grad_norm, step)
+            w.add_scalar(M.STALENESS, s.staleness_mean, step)
+            w.add_scalar(M.UPDATE_NORM, s.update_norm, step)
+        w.add_scalar(M.UPDATES_PER_SECOND, s.updates_per_second, step)
 
     def evaluate_and_checkpoint(self) -> None:
         """Evaluate the newest weights, then checkpoint them; a failed evaluation still checkpoints."""
