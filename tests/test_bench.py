@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from a3c_ray.algo.messages import Progress
+from a3c_ray.algo.messages import Progress, WorkerResult
 from a3c_ray.commands import bench, bench_stability
 from a3c_ray.commands.bench_plot import episode_seconds, moving_mean
 from a3c_ray.config import Config
@@ -72,7 +72,7 @@ def test_worker_split_fractions_cover_the_workers_time(total: float | None) -> N
     if total is not None:
         timings["total"] = total
     w = bm.worker_split(
-        {"worker": 1, "env_steps": 4000, "pushes": 100, "timings": timings}, seconds=9.0
+        WorkerResult(worker=1, env_steps=4000, pushes=100, timings=timings), seconds=9.0
     )
     wall = total or 9.0
     assert sum(w["split"].values()) == pytest.approx(1.0)

@@ -105,7 +105,7 @@ def test_worker_and_parameter_server_round_trip_without_ray() -> None:
     ps = ParameterServer(w.cfg, get_flat_params(w.model))
     w.cfg.run.max_steps = 18 * 5
     result = w.run(ps.push)
-    assert result["pushes"] == 5 and ps.env_steps == 90 and ps.version == 5
+    assert result.pushes == 5 and ps.env_steps == 90 and ps.version == 5
     assert w.version == 5
     np.testing.assert_array_equal(get_flat_params(w.model), ps.weights())
 
@@ -141,8 +141,8 @@ def test_overlapped_worker_takes_each_reply_one_rollout_later() -> None:
         return lambda: reply
 
     result = w.run_overlapped(send)
-    assert result["pushes"] == 5 and ps.env_steps == 90 and ps.version == 5
+    assert result.pushes == 5 and ps.env_steps == 90 and ps.version == 5
     assert staleness == [0, 1, 1, 1, 1]
     assert w.version == 5  # the last reply's weights were taken before stopping
-    t = result["timings"]
+    t = result.timings
     assert t["total"] >= sum(t[k] for k in ("env", "forward", "backward", "wait"))

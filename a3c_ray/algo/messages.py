@@ -145,3 +145,16 @@ class Progress:
     """Why training stops (target, max_steps, time_limit, interrupted, error); None while it goes on."""
     steps_to_target: int | None
     seconds_to_target: float | None
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    """What a Worker reports when it stops: its share of the run and where its time went."""
+
+    worker: int
+    env_steps: int
+    pushes: int
+    timings: dict[str, float]
+    """Seconds in env, forward, backward and wait, and the Worker's ``total``."""
+    node_id: str | None = None
+    """The Ray node it ran on (set by the actor)."""

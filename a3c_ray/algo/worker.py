@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from a3c_ray.algo.losses import actor_critic_loss
-from a3c_ray.algo.messages import GradientPush, PushReply
+from a3c_ray.algo.messages import GradientPush, PushReply, WorkerResult
 from a3c_ray.algo.models import State, build_model, get_flat_grad, sample_actions, set_flat_params
 from a3c_ray.algo.returns import gae
 from a3c_ray.algo.seeding import Stream, derive_seeds
@@ -219,7 +219,7 @@ class Worker:
         if reply.weights is not None:
             self.set_weights(np.asarray(reply.weights), reply.version, reply.lineage)
 
-    def run(self, push: Callable[[GradientPush], PushReply]) -> dict[str, Any]:
+    def run(self, push: Callable[[GradientPush], PushReply]) -> WorkerResult:
         """Train until the ParameterServer says stop; ``push`` makes the round trip."""
         start = time.perf_counter()
         while True:
@@ -235,7 +235,7 @@ class Worker:
 
     def run_overlapped(
         self, send: Callable[[GradientPush], Callable[[], PushReply]]
-    ) -> dict[str, Any]:
+    ) -> WorkerResult:
         """Train until the ParameterServer says stop, each round trip hidden behind a rollout.
 
         ``send`` starts a push and returns the function that waits for its reply. That reply is
@@ -259,10 +259,10 @@ class Worker:
             self.timings["wait"] += time.perf_counter() - t0
         return self._result(start)
 
-    def _result(self, start: float) -> dict[str, Any]:
-        return {
-            "worker": self.index,
-            "env_steps": self.env_steps,
-            "pushes": self.pushes,
-            "timings": {**self.timings, "total": time.perf_counter() - start},
-        }
+    def _result(self, start: float) -> WorkerResult:
+        return WorkerResult(
+            worker=self.index,
+            env_steps=self.env_steps,
+            pushes=self.pushes,
+            timings={**self.timings, "total": time.perf_counter() - start},
+        )

@@ -3,13 +3,14 @@ place on the cluster, their restarts, their metrics and their handles to each ot
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import ray
 
-from a3c_ray.algo.messages import CheckpointMeta, GradientPush, PushReply
+from a3c_ray.algo.messages import CheckpointMeta, GradientPush, PushReply, WorkerResult
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.algo.worker import Worker
 from a3c_ray.config import Config
@@ -64,7 +65,7 @@ class WorkerShell(Worker):
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def train(self, ps: Any) -> dict[str, Any]:
+    def train(self, ps: Any) -> WorkerResult:
         """Pull the newest weights from the ParameterServer actor ``ps``, then train until it says stop."""
         weights, version, lineage = ray.get(ps.get_weights.remote())
         self.set_weights(resolve(weights), version, lineage)
@@ -81,7 +82,7 @@ class WorkerShell(Worker):
             return lambda: wait_for(ref)
 
         result = self.run_overlapped(send) if self.cfg.algo.overlap_push else self.run(push)
-        return {**result, "node_id": self.node_id()}
+        return dataclasses.replace(result, node_id=self.node_id())
 
 
 class MonitorShell(Monitor):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress
+from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, WorkerResult
 from a3c_ray.algo.models import build_model, num_params, sample_actions
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.config import Config
@@ -269,20 +269,20 @@ def window_rates(samples: list[Progress], warmup: float) -> dict[str, Any]:
     }
 
 
-def worker_split(result: dict[str, Any], seconds: float) -> dict[str, Any]:
+def worker_split(result: WorkerResult, seconds: float) -> dict[str, Any]:
     """A Worker's rates and the fractions of its time in env, forward, backward, wait and the rest.
 
     A Worker reports its timings; its wall time is its own ``total`` when it reports one, else the
     run's training seconds (it starts one rollout earlier and stops one push later: close enough).
     """
-    t = result["timings"]
+    t = result.timings
     total = float(t.get("total", 0.0)) or max(seconds, sum(t[k] for k in SPLIT_KEYS), 1e-9)
     split = {k: t[k] / total for k in SPLIT_KEYS}
     split["other"] = max(0.0, 1.0 - sum(split.values()))
     return {
-        "worker": result["worker"],
-        "env_steps_per_second": result["env_steps"] / total,
-        "pushes_per_second": result["pushes"] / total,
-        "busy_seconds_per_push": (total - t["wait"]) / max(result["pushes"], 1),
+        "worker": result.worker,
+        "env_steps_per_second": result.env_steps / total,
+        "pushes_per_second": result.pushes / total,
+        "busy_seconds_per_push": (total - t["wait"]) / max(result.pushes, 1),
         "split": split,
     }

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from a3c_ray.algo import choices
 from a3c_ray.algo import parameter_server as ps_mod
-from a3c_ray.algo.messages import CheckpointMeta, Progress
+from a3c_ray.algo.messages import CheckpointMeta, Progress, WorkerResult
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, env_spaces
 from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
@@ -117,7 +117,7 @@ class Run:
         self.worker_restarts = 0
         self.retiring: set[int] = set()
         self.current_workers = workers
-        self.results: dict[int, dict[str, Any]] = {}
+        self.results: dict[int, WorkerResult] = {}
         self.errors: list[str] = []
         self.failure_log: list[str] = []
         self.monitor_report: dict[str, Any] = {}
@@ -257,7 +257,7 @@ class Run:
         except ray.exceptions.RayError as e:
             self.errors.append(f"monitor: {one_line(e)}")
         p = ray.get(self.ps.progress.remote())
-        nodes = sorted({r["node_id"] for r in self.results.values() if "node_id" in r})
+        nodes = sorted({r.node_id for r in self.results.values() if r.node_id is not None})
         return {
             "env_id": self.cfg.env.id,
             "workers": self.current_workers,
