@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from a3c_ray.algo.models import build_model, get_flat_params
@@ -57,6 +58,7 @@ def train_in_process(cfg: Config) -> float:
     return ps.mean_return_100()
 
 
+@pytest.mark.slow
 def test_lstm_policy_beats_feed_forward_on_masked_cartpole() -> None:
     """Seeded, no Ray, 320k env steps each. Without velocities a reactive policy plateaus near 47
     (seeds 0-4 ended at 43-48, never above 54 on the way); the LSTM infers the velocities from

@@ -17,7 +17,7 @@ import ray
 
 from a3c_ray import metric_names as M
 from a3c_ray.commands.cli import main
-from a3c_ray.runtime.driver import RunResult, train
+from a3c_ray.runtime.driver import train
 
 from .conftest import free_port, named_actor, small_config, wait_for
 from .test_train_ray import read_tags
@@ -105,16 +105,26 @@ def live_run(
 def test_status_lists_the_live_run_with_progress_and_workers(
     live_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["status", "--json", "--interval", "0.5"]) == 0
-    records = json.loads(capsys.readouterr().out)
-    (rec,) = [r for r in records if r["run"].startswith("live-")]
+    def record() -> dict[str, Any]:
+        assert main(["status", "--json", "--interval", "0.5"]) == 0
+        (rec,) = [r for r in json.loads(capsys.readouterr().out) if r["run"].startswith("live-")]
+        return rec
+
+    # Other tests here restart and scale Workers: wait until the slots in use are all up.
+    wait_for(
+        lambda: any(w["state"] == "ALIVE" for w in record()["workers"]),
+        timeout=60,
+        what="a live Worker",
+    )
+    rec = record()
     assert rec["env_steps"] > 3_000 and rec["sps"] > 0 and rec["version"] > 0
     assert rec["updates_per_second"] > 0 and rec["staleness_max"] >= 0
-    assert [w["worker"] for w in rec["workers"]] == ["Worker-0", "Worker-1"]
-    assert all(w["state"] == "ALIVE" and w["node_id"] for w in rec["workers"])
+    slots = [w["worker"] for w in rec["workers"]]
+    assert "Worker-0" in slots and all(s.startswith("Worker-") for s in slots), slots
+    assert all(w["node_id"] for w in rec["workers"] if w["state"] == "ALIVE")
     assert main(["status", "--interval", "0.2", "--run", rec["run"]]) == 0
     table = capsys.readouterr().out
-    assert rec["run"] in table and "steps/s" in table and "Worker-1" in table and "ALIVE" in table
+    assert rec["run"] in table and "steps/s" in table and "Worker-0" in table and "ALIVE" in table
 
 
 def labelled(port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -194,25 +204,35 @@ def test_ray_metrics_are_exported_with_sane_values(
 def test_status_shows_the_restarted_worker(
     live_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    wait_for(
-        lambda: all(
-            w["state"] == "ALIVE"
-            for r in json.loads(
-                (main(["status", "--json", "--interval", "0.1"]), capsys.readouterr().out)[1]
-            )
-            for w in r["workers"]
-        ),
-        timeout=60,
-        what="workers alive again",
-    )
+    """A killed Worker is replaced by a new actor in the same slot, and status shows it alive."""
+    killed = named_actor("Worker-0", live_run["run_dir"])
+    ray.kill(killed, no_restart=False)
+
+    def replaced() -> bool:
+        try:
+            now = named_actor("Worker-0", live_run["run_dir"], timeout=1.0)
+        except Exception:  # between the old actor's death and the new one's name
+            return False
+        return now._actor_id != killed._actor_id  # type: ignore[attr-defined]
+
+    wait_for(replaced, timeout=60, what="a new Worker-0")
+
+    def slot_0() -> str:
+        main(["status", "--json", "--interval", "0.1"])
+        (rec,) = [r for r in json.loads(capsys.readouterr().out) if r["run"].startswith("live-")]
+        return next(w["state"] for w in rec["workers"] if w["worker"] == "Worker-0")
+
+    wait_for(lambda: slot_0() == "ALIVE", timeout=60, what="Worker-0 alive again")
 
 
 def test_scale_adds_and_retires_workers_of_a_live_run(
     live_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     def alive() -> list[str]:
-        main(["status", "--json", "--interval", "0.1"])
-        (rec,) = [r for r in json.loads(capsys.readouterr().out) if r["run"].startswith("live-")]
+        code = main(["status", "--json", "--interval", "0.1"])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        (rec,) = [r for r in json.loads(out.out) if r["run"].startswith("live-")]
         return [w["worker"] for w in rec["workers"] if w["state"] == "ALIVE"]
 
     assert main(["scale", "live-", "--workers", "3"]) == 0
@@ -223,20 +243,26 @@ def test_scale_adds_and_retires_workers_of_a_live_run(
     wait_for(lambda: len(alive()) == 1, timeout=60, what="1 worker")
     assert main(["scale", "no-such-run", "--workers", "2"]) == 2
     assert "must name exactly one live run" in capsys.readouterr().err
+    assert main(["scale", "live-", "--workers", "2"]) == 0  # as the other tests found it
+    capsys.readouterr()
+    wait_for(lambda: len(alive()) == 2, timeout=60, what="2 workers again")
 
 
 def test_tensorboard_has_every_tag_the_config_and_eval_videos(live_run: dict[str, Any]) -> None:
-    ray.get(live_run["ps"].request_stop.remote("interrupted"))
-    wait_for(lambda: "result" in live_run, timeout=120, what="the run to end")
-    result: RunResult = live_run["result"]
-    tb = Path(live_run["run_dir"]) / "tb"
-    tags = read_tags(tb)
-    for tag in M.TENSORBOARD_TAGS:
-        assert tags.get(tag), f"no {tag}"
+    """Read while the run goes on: the Monitor flushes its events every 10 seconds."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(tb), size_guidance={"tensors": 0, "images": 0})
-    acc.Reload()
-    assert "config/text_summary" in acc.Tags()["tensors"]
-    assert M.EVAL_VIDEO in acc.Tags()["images"]  # tensorboardX stores videos as animated images
-    assert result.summary["worker_restarts"] >= 1
+    tb = Path(live_run["run_dir"]) / "tb"
+
+    def missing() -> list[str]:
+        tags = read_tags(tb)
+        acc = EventAccumulator(str(tb), size_guidance={"tensors": 0, "images": 0})
+        acc.Reload()
+        return [tag for tag in M.TENSORBOARD_TAGS if not tags.get(tag)] + [
+            tag
+            for tag, kind in (("config/text_summary", "tensors"), (M.EVAL_VIDEO, "images"))
+            if tag not in acc.Tags()[kind]  # tensorboardX stores videos as animated images
+        ]
+
+    wait_for(lambda: not missing(), timeout=90, what="every tag")
+    assert missing() == []

@@ -110,6 +110,7 @@ def test_worker_and_parameter_server_round_trip_without_ray() -> None:
     np.testing.assert_array_equal(get_flat_params(w.model), ps.weights())
 
 
+@pytest.mark.slow
 def test_single_worker_learns_cartpole_in_process() -> None:
     """Seeded, no Ray: one Worker and the ParameterServer in one process raise CartPole's return well
     above the random policy's ~22 within 60k steps. Proves the gradient, returns and optimizer fit."""
