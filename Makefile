@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,atari,video
 TRAIN_ARGS ?= --env CartPole-v1 --target-return 450
 
-.PHONY: venv train test lint typecheck unit bench clean docs learn-pong
+.PHONY: venv train test lint typecheck unit fast bench clean docs learn-pong
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ typecheck: venv
 
 unit: venv
 	$(BIN)/pytest -m "not ray" -q
+
+# Everything that needs neither Ray nor a learning run: under a minute, for the edit-test loop.
+fast: venv
+	$(BIN)/pytest -m "not ray and not slow" -q
 
 test: lint typecheck
 	$(BIN)/pytest -q
