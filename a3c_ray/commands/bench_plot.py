@@ -12,7 +12,6 @@ episode's time is interpolated from the ticks' (env steps, wall time) pairs, rea
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -22,6 +21,7 @@ import numpy as np
 from a3c_ray import metric_names as M
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
+from a3c_ray.rundir.summary import read_summary
 
 
 class Curve(NamedTuple):
@@ -95,9 +95,10 @@ def _label(run_dir: Path) -> str:
 
         seed = yaml.safe_load((run_dir / layout.CONFIG).read_text())["run"]["seed"]
         label = f"seed {seed}"
-        s = json.loads((run_dir / layout.SUMMARY).read_text())
-        if s.get("steps_to_target") is not None:
-            label += f": {s['steps_to_target'] / 1e3:.0f}k steps, {s['seconds_to_target']:.1f} s"
+        s = read_summary(run_dir)
+        steps, seconds = s.get("steps_to_target"), s.get("seconds_to_target")
+        if steps is not None and seconds is not None:
+            label += f": {steps / 1e3:.0f}k steps, {seconds:.1f} s"
     except (OSError, KeyError, TypeError, ValueError):
         pass
     return label
@@ -105,7 +106,7 @@ def _label(run_dir: Path) -> str:
 
 def _target(run_dir: Path) -> float | None:
     try:
-        value: Any = json.loads((run_dir / layout.SUMMARY).read_text()).get("target_return")
+        value: Any = read_summary(run_dir).get("target_return")
     except (OSError, ValueError):
         return None
     return float(value) if isinstance(value, int | float) else None
@@ -152,7 +153,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
 def _env_name(run_dir: Path) -> str:
     """The run's env id, from summary.json or, while the run still trains, config.yaml."""
     try:
-        return str(json.loads((run_dir / layout.SUMMARY).read_text())["env_id"])
+        return str(read_summary(run_dir)["env_id"])
     except (OSError, KeyError, ValueError):
         pass
     try:

@@ -26,6 +26,7 @@ from a3c_ray.commands.bench_report import format_seed_row, format_stability
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
+from a3c_ray.rundir.summary import RunSummary, read_summary
 
 
 @dataclass
@@ -134,7 +135,7 @@ def train_seed(cfg: Config, seed: int, run_dir: Path) -> None:
 class FinishedRun:
     seed: int
     run_dir: Path
-    summary: dict[str, Any]
+    summary: RunSummary
     steps: np.ndarray
     seconds: np.ndarray
     mean_100: np.ndarray
@@ -145,7 +146,7 @@ def read_run(run_dir: Path) -> FinishedRun:
     from a3c_ray.commands.bench_plot import load_curve
 
     try:
-        summary = json.loads((run_dir / layout.SUMMARY).read_text())
+        summary = read_summary(run_dir)
         seed = Config.load(run_dir / layout.CONFIG).run.seed
     except (OSError, ValueError) as e:
         raise ConfigError([f"{run_dir} is not a finished a3c-ray run: {e}"]) from None

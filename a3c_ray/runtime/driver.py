@@ -13,7 +13,6 @@ ParameterServer comes back from the newest good checkpoint and the Workers resyn
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -37,6 +36,7 @@ from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import atomic_write
 from a3c_ray.rundir.prepare import check_run_dir, prepare_run_dir
 from a3c_ray.rundir.storage import RunStorage
+from a3c_ray.rundir.summary import RunSummary, summary_json
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.cluster import connect
 from a3c_ray.runtime.metrics import DriverMetrics
@@ -50,7 +50,7 @@ log = logging.getLogger("a3c_ray")
 @dataclass
 class RunResult:
     exit_code: int
-    summary: dict[str, Any]
+    summary: RunSummary
     run_dir: str
     errors: list[str] = field(default_factory=list)
 
@@ -249,7 +249,7 @@ class Run:
         if self.pending:
             ray.wait(list(self.pending), num_returns=len(self.pending), timeout=grace)
 
-    def finish(self, started_at: float) -> dict[str, Any]:
+    def finish(self, started_at: float) -> RunSummary:
         """Final evaluation and checkpoint, then the summary."""
         try:
             self.monitor_report = ray.get(self.monitor.tick.remote(force_eval=True))
@@ -258,39 +258,39 @@ class Run:
             self.errors.append(f"monitor: {one_line(e)}")
         p = ray.get(self.ps.progress.remote())
         nodes = sorted({r.node_id for r in self.results.values() if r.node_id is not None})
-        return {
-            "env_id": self.cfg.env.id,
-            "workers": self.current_workers,
-            "workers_max": self.n_workers,
-            "env_steps": p.env_steps,
-            "gradient_updates": p.gradients_applied,
-            "train_seconds": round(p.train_seconds, 3),
-            "wall_seconds": round(time.monotonic() - started_at, 3),
-            "env_steps_per_second": _rate(p.env_steps - self.start_steps, p.train_seconds),
-            "target_return": self.cfg.run.target_return,
-            "seconds_to_target": p.seconds_to_target,
-            "steps_to_target": p.steps_to_target,
-            "mean_return_100": _finite(p.mean_return_100),
-            "episodes": p.episodes,
-            "best_eval_return": self.monitor_report.get("best_eval_return"),
-            "last_eval_return": self.monitor_report.get("last_eval_return"),
-            "checkpoint": self.monitor_report.get("checkpoint"),
-            "eval_failures": self.monitor_report.get("eval_failures", 0),
-            "stopped_because": p.stop_reason,
-            "worker_restarts": self.worker_restarts,
-            "ps_restarts": p.ps_restarts,
-            "env_restarts": p.env_restarts,
-            "gradients_dropped": p.gradients_dropped,
-            "staleness_mean": p.staleness_mean,
-            "staleness_max": p.staleness_max,
-            "version": p.version,
-            "resumed_from": self.restored_from,
-            "worker_nodes": nodes,
-            "run_id": self.run_id,
-            "run_dir": str(self.run_dir),
-            "failures": self.failure_log[-20:],
-            "errors": self.errors,
-        }
+        return RunSummary(
+            env_id=self.cfg.env.id,
+            workers=self.current_workers,
+            workers_max=self.n_workers,
+            env_steps=p.env_steps,
+            gradient_updates=p.gradients_applied,
+            train_seconds=round(p.train_seconds, 3),
+            wall_seconds=round(time.monotonic() - started_at, 3),
+            env_steps_per_second=_rate(p.env_steps - self.start_steps, p.train_seconds),
+            target_return=self.cfg.run.target_return,
+            seconds_to_target=p.seconds_to_target,
+            steps_to_target=p.steps_to_target,
+            mean_return_100=_finite(p.mean_return_100),
+            episodes=p.episodes,
+            best_eval_return=self.monitor_report.get("best_eval_return"),
+            last_eval_return=self.monitor_report.get("last_eval_return"),
+            checkpoint=self.monitor_report.get("checkpoint"),
+            eval_failures=self.monitor_report.get("eval_failures", 0),
+            stopped_because=p.stop_reason,
+            worker_restarts=self.worker_restarts,
+            ps_restarts=p.ps_restarts,
+            env_restarts=p.env_restarts,
+            gradients_dropped=p.gradients_dropped,
+            staleness_mean=p.staleness_mean,
+            staleness_max=p.staleness_max,
+            version=p.version,
+            resumed_from=self.restored_from,
+            worker_nodes=nodes,
+            run_id=self.run_id,
+            run_dir=str(self.run_dir),
+            failures=self.failure_log[-20:],
+            errors=self.errors,
+        )
 
     def shutdown(self) -> None:
         for actor in [*self.workers.values(), self.monitor, self.ps]:
@@ -328,7 +328,7 @@ def train(
     prepare_run_dir(storage, overwrite and not resume)
     run = None
     interrupted = False
-    summary: dict[str, Any] = {"env_id": cfg.env.id, "run_dir": str(run_dir)}
+    summary = RunSummary(env_id=cfg.env.id, run_dir=str(run_dir))
     bar = tqdm(
         total=cfg.run.max_steps,
         unit="step",
@@ -350,10 +350,10 @@ def train(
                 if run is not None:
                     run.interrupt()
             bar.close()
-            summary = run.finish(t0) if run is not None else {**summary, "errors": []}
+            summary = run.finish(t0) if run is not None else RunSummary(**summary, errors=[])
             if interrupted:
                 summary["stopped_because"] = ps_mod.STOP_INTERRUPTED
-            write_file(storage, layout.SUMMARY, json.dumps(summary, indent=2))
+            write_file(storage, layout.SUMMARY, summary_json(summary))
     finally:
         bar.close()
         if run is not None:

@@ -1,0 +1,61 @@
+"""``summary.json``: what a run reports when it ends, however it ends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TypedDict, cast
+
+from a3c_ray.rundir import layout
+
+
+class RunSummary(TypedDict, total=False):
+    """The keys of ``summary.json``. A run that could not start has ``env_id``, ``run_dir`` and
+    ``errors`` only; every other run has them all."""
+
+    env_id: str
+    workers: int
+    """The Workers at the end (after any ``a3c-ray scale``)."""
+    workers_max: int
+    env_steps: int
+    gradient_updates: int
+    train_seconds: float
+    """Seconds from the first gradient applied, resumes included."""
+    wall_seconds: float
+    """Seconds of this invocation, start-up and final evaluation included."""
+    env_steps_per_second: float | None
+    target_return: float | None
+    seconds_to_target: float | None
+    steps_to_target: int | None
+    mean_return_100: float | None
+    episodes: int
+    best_eval_return: float | None
+    last_eval_return: float | None
+    checkpoint: str | None
+    """The newest checkpoint: a path, or a URI for a run directory at a URI."""
+    eval_failures: int
+    stopped_because: str | None
+    """target, max_steps, time_limit, interrupted or error."""
+    worker_restarts: int
+    ps_restarts: int
+    env_restarts: int
+    gradients_dropped: int
+    staleness_mean: float
+    staleness_max: int
+    version: int
+    resumed_from: str | None
+    worker_nodes: list[str]
+    run_id: str
+    run_dir: str
+    failures: list[str]
+    """The last 20 Worker failures, one line each."""
+    errors: list[str]
+
+
+def read_summary(run_dir: str | Path) -> RunSummary:
+    """The summary of a finished run in a local directory."""
+    return cast(RunSummary, json.loads((Path(run_dir) / layout.SUMMARY).read_text()))
+
+
+def summary_json(summary: RunSummary) -> str:
+    return json.dumps(summary, indent=2)
