@@ -230,19 +230,12 @@ def main() -> None:
     p.add_argument("--lstm", action="store_true", help="the CNN-LSTM on 1 frame, t_max 20")
     p.add_argument("--cost-seconds", type=float, default=10.0, help="in-process costs; 0: skip")
     a = p.parse_args()
-    import logging
-    import math
+    from a3c_ray.runtime.cluster import session
 
-    import ray
-
-    # A Ray of its own, without a dashboard: a bench must not need a free dashboard port.
-    ray.init(
-        num_cpus=math.ceil(a.workers + 1), include_dashboard=False, logging_level=logging.WARNING
-    )
-    try:
+    cfg = Config()
+    cfg.env.id = a.env
+    with session(cfg, a.workers, None, None):
         res = measure(a.env, a.workers, a.seconds, a.lstm, a.envs_per_worker, None, a.cost_seconds)
-    finally:
-        ray.shutdown()
     print(json.dumps(res.to_dict()))
 
 
