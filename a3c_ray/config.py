@@ -32,6 +32,10 @@ class EnvConfig:
     """Observations stacked into one, oldest first. null: 4 for Atari (the papers' input to the feed-forward CNN), none for other envs. With ``model.lstm`` on Atari, 1 is enough: the LSTM state carries the motion."""
     repeat_action_probability: float | None = None
     """Atari sticky actions: the chance that the emulator repeats the previous action at each frame instead of the new one. null keeps the id's default: 0.25 for ``ALE/*-v5``, 0 for ``*NoFrameskip-v4``; 0 is the deterministic emulator of the A3C paper."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the env's constructor (or of ``gym.make``), e.g. ``--set env.kwargs.size=8``."""
+    wrappers: list[str] = field(default_factory=list)
+    """Wrappers of your own, applied in order around the env in Workers, the Monitor and ``eval``: import paths ``package.module:WrapperClass``, each called with the env."""
 
 
 @dataclass
@@ -193,6 +197,12 @@ class Config:
         if obj is None or not name:
             raise ConfigError([f"unknown config field '{dotted}'"])
         hints = _field_types(type(obj))
+        name, _, key = name.partition(".")
+        if key:  # one entry of a mapping field: env.kwargs.size=8
+            if typing.get_origin(hints.get(name)) is not dict:
+                raise ConfigError([f"unknown config field '{dotted}'"])
+            getattr(obj, name)[key] = _parse_scalar(value) if isinstance(value, str) else value
+            return
         if name not in hints:
             raise ConfigError([f"unknown config field '{dotted}' (known: {', '.join(hints)})"])
         if isinstance(value, str) and not _admits_str(hints[name]):
@@ -328,7 +338,10 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 
 def _admits_str(tp: Any) -> bool:
-    return tp is str or str in typing.get_args(tp)
+    """A str field, or an optional one; not a list or mapping of strings."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return str in typing.get_args(tp)
+    return tp is str
 
 
 def _admits_none(tp: Any) -> bool:
@@ -388,6 +401,9 @@ def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
                 return False, value
             out.append(v)
         return True, out
+    if origin is dict:
+        ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
+        return ok, dict(value) if ok else value
     if tp is bool:
         return isinstance(value, bool), value
     if tp is int:

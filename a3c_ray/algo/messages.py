@@ -43,7 +43,13 @@ class PushReply(NamedTuple):
 
 
 # The env settings a checkpoint records: what ``eval`` needs to rebuild the env it was trained on.
-CHECKPOINT_ENV_FIELDS = ("max_episode_steps", "frame_stack", "repeat_action_probability")
+CHECKPOINT_ENV_FIELDS = (
+    "max_episode_steps",
+    "frame_stack",
+    "repeat_action_probability",
+    "kwargs",
+    "wrappers",
+)
 
 
 @dataclass(frozen=True)

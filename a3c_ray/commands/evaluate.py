@@ -13,7 +13,7 @@ from a3c_ray.algo.evaluation import run_episodes, summarize
 from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import ActorCritic, build_model, num_params, set_flat_params
 from a3c_ray.config import EnvConfig
-from a3c_ray.envs.make import check_env_id, is_atari, make_eval_env
+from a3c_ray.envs.make import check_env, is_atari, make_eval_env
 from a3c_ray.errors import CheckpointError, ConfigError
 from a3c_ray.rundir.checkpoint import load_checkpoint
 
@@ -50,12 +50,11 @@ def evaluate_checkpoint(
     video_dir: Path | None = None,
 ) -> dict[str, Any]:
     state = load_checkpoint(path)
-    env_id = str(state["env_id"])
-    problem = check_env_id(env_id)
+    env_cfg = env_config_from_checkpoint(state)
+    problem = check_env(env_cfg)
     if problem:
         raise ConfigError([f"checkpoint {state['path']}: {problem}"])
     model = model_from_checkpoint(state)
-    env_cfg = env_config_from_checkpoint(state)
     if video_dir is not None:
         if importlib.util.find_spec("moviepy") is None:
             raise ConfigError(["--video needs moviepy: pip install 'a3c-ray[video]'"])
@@ -82,7 +81,7 @@ def evaluate_checkpoint(
         env.close()
     mean, std, mean_len = summarize(eps)
     return {
-        "env_id": env_id,
+        "env_id": env_cfg.id,
         "checkpoint": state["path"],
         "env_steps": int(state["env_steps"]),
         "episodes": episodes,

@@ -17,6 +17,9 @@ are always of whole games with raw rewards.
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -36,14 +39,24 @@ MASKED_CARTPOLE_ID = "a3c_ray/MaskedCartPole-v1"
 
 
 def check_env_id(env_id: str) -> str | None:
-    """A one-line problem with ``env_id``, or None when gymnasium knows it and a3c-ray can train it."""
+    """A one-line problem with ``env_id`` (and no kwargs or wrappers), or None."""
+    return check_env(EnvConfig(id=env_id))
+
+
+def check_env(cfg: EnvConfig) -> str | None:
+    """A one-line problem with the env ``cfg`` describes, or None when a3c-ray can train it."""
     register_extra_envs()
+    env_id = cfg.id
+    if ":" not in env_id:
+        try:
+            gym.spec(env_id)
+        except gym.error.Error as e:
+            return f"unknown environment '{env_id}': {str(e).splitlines()[0]}"
     try:
-        gym.spec(env_id)
-    except gym.error.Error as e:
-        return f"unknown environment '{env_id}': {str(e).splitlines()[0]}"
-    try:
-        env = gym.make(env_id)
+        env = _make_base(cfg, None)
+        env = _wrap(env, cfg.wrappers)
+    except EnvSpecError as e:
+        return str(e)
     except Exception as e:  # an env that cannot even be built is bad input, whatever it raises
         return f"cannot create environment '{env_id}': {type(e).__name__}: {e}".splitlines()[0]
     try:
@@ -61,10 +74,73 @@ def check_env_id(env_id: str) -> str | None:
     return None
 
 
+class EnvSpecError(ValueError):
+    """An env id or wrapper path that names nothing usable; the message is one line."""
+
+
+def _import(path: str, what: str) -> Any:
+    """The object ``package.module:name`` names, importing the module from the working directory
+    too (as ``python -m`` would); None when the module has no such name."""
+    module, sep, name = path.partition(":")
+    if not sep or not module or not name:
+        raise EnvSpecError(f"{what} '{path}': expected package.module:Name")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # ImportError, or whatever the module raises while it loads
+        raise EnvSpecError(
+            f"{what} '{path}': cannot import {module}: {type(e).__name__}: {e}".splitlines()[0]
+        ) from None
+    return getattr(mod, name, None)
+
+
+def _make_base(cfg: EnvConfig, render_mode: str | None, **extra: Any) -> gym.Env[Any, Any]:
+    """The env before a3c-ray's wrappers: ``gym.make(id)`` for a registered id or gymnasium's
+    ``module:EnvId``; a class or factory called with ``env.kwargs`` for ``package.module:Name``."""
+    kwargs = {**cfg.kwargs, **extra}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if ":" in cfg.id:
+        target = _import(cfg.id, "environment")
+        if target is not None:
+            if not callable(target):
+                raise EnvSpecError(
+                    f"environment '{cfg.id}' is a {type(target).__name__}, not an env class or factory"
+                )
+            env = target(**kwargs)
+            if not isinstance(env, gym.Env):
+                raise EnvSpecError(
+                    f"environment '{cfg.id}' made a {type(env).__name__}, not a gymnasium.Env"
+                )
+            if cfg.max_episode_steps is not None:
+                env = gym.wrappers.TimeLimit(env, cfg.max_episode_steps)
+            return env
+        # gymnasium's own form: importing the module registered the id after the colon
+    if cfg.max_episode_steps is not None and not is_atari(cfg.id):
+        kwargs["max_episode_steps"] = cfg.max_episode_steps
+    return gym.make(cfg.id, **kwargs)
+
+
+def _wrap(env: gym.Env[Any, Any], wrappers: list[str]) -> gym.Env[Any, Any]:
+    for path in wrappers:
+        wrapper = _import(path, "env.wrappers: wrapper")
+        if not callable(wrapper):
+            raise EnvSpecError(f"env.wrappers '{path}' is not a wrapper class or function")
+        env = wrapper(env)
+        if not isinstance(env, gym.Env):
+            raise EnvSpecError(
+                f"env.wrappers '{path}' returned a {type(env).__name__}, not a gymnasium.Env"
+            )
+    return env
+
+
 def env_problems(cfg: Config) -> list[str]:
     """The problem with ``env.id``, if any (a check for ``Config.validate``)."""
-    problem = check_env_id(cfg.env.id)
-    return [f"env.id: {problem}"] if problem else []
+    problem = check_env(cfg.env)
+    if not problem:
+        return []
+    return [problem if problem.startswith("env.") else f"env.id: {problem}"]
 
 
 _registered = False
@@ -148,10 +224,10 @@ class LifeLossTerminal(gym.Wrapper[Any, Any, Any, Any]):
 def _make_atari(cfg: EnvConfig, training: bool, render_mode: str | None) -> gym.Env[Any, Any]:
     # The preprocessing skips frames itself and reads the screen from the emulator: a grayscale
     # base observation is the cheapest one for ALE to hand over at every frame.
-    kwargs: dict[str, Any] = {"frameskip": 1, "obs_type": "grayscale", "render_mode": render_mode}
+    kwargs: dict[str, Any] = {"frameskip": 1, "obs_type": "grayscale"}
     if cfg.repeat_action_probability is not None:
         kwargs["repeat_action_probability"] = cfg.repeat_action_probability
-    env = _base_env(cfg.id, kwargs)
+    env = _base_env(cfg, render_mode, **kwargs)
     env = gym.wrappers.AtariPreprocessing(
         env,
         noop_max=NOOP_MAX,
@@ -171,10 +247,10 @@ def _make_atari(cfg: EnvConfig, training: bool, render_mode: str | None) -> gym.
     return gym.wrappers.FrameStackObservation(env, frame_stack(cfg))
 
 
-def _base_env(env_id: str, kwargs: dict[str, Any]) -> gym.Env[Any, Any]:
-    """The registered env, recreated whenever it raises (see a3c_ray.envs.faults), so that neither a
-    Worker nor an evaluation dies with it; an eval episode cut by a failure ends there."""
-    return RecreateOnError(lambda: gym.make(env_id, **kwargs))
+def _base_env(cfg: EnvConfig, render_mode: str | None, **extra: Any) -> gym.Env[Any, Any]:
+    """The env with the user's wrappers, recreated whenever it raises (see a3c_ray.envs.faults), so
+    that neither a Worker nor an evaluation dies with it; an eval episode cut by a failure ends there."""
+    return RecreateOnError(lambda: _wrap(_make_base(cfg, render_mode, **extra), cfg.wrappers))
 
 
 def make_env(
@@ -184,12 +260,7 @@ def make_env(
     register_extra_envs()
     if is_atari(cfg.id):
         return _make_atari(cfg, training, render_mode)
-    kwargs: dict[str, Any] = {}
-    if cfg.max_episode_steps is not None:
-        kwargs["max_episode_steps"] = cfg.max_episode_steps
-    if render_mode is not None:
-        kwargs["render_mode"] = render_mode
-    env = _base_env(cfg.id, kwargs)
+    env = _base_env(cfg, render_mode)
     # Undiscounted returns and lengths of whole episodes, as the training charts report them.
     env = gym.wrappers.RecordEpisodeStatistics(env)
     stack = frame_stack(cfg)

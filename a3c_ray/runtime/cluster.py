@@ -91,6 +91,11 @@ def connect(
     # The node's services bind to loopback when ray was imported in single-machine mode (the CLI
     # sees to that); the dashboard binds to ``dashboard_host``.
     port = pick_dashboard_port(dashboard_host, dashboard_port)
+    # The actors import what this process imports from its working directory too (an env given as
+    # ``module:Class``): Ray's processes inherit this environment.
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if os.getcwd() not in path:
+        os.environ["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *path])
     try:
         ray.init(
             address="local",  # a new instance, even when a `ray start` cluster runs on this machine
