@@ -126,11 +126,11 @@ def _wrap(env: gym.Env[Any, Any], wrappers: list[str]) -> gym.Env[Any, Any]:
     for path in wrappers:
         wrapper = _import(path, "env.wrappers: wrapper")
         if not callable(wrapper):
-            raise EnvSpecError(f"env.wrappers '{path}' is not a wrapper class or function")
+            raise EnvSpecError(f"env.wrappers: wrapper '{path}' is not a wrapper class or function")
         env = wrapper(env)
         if not isinstance(env, gym.Env):
             raise EnvSpecError(
-                f"env.wrappers '{path}' returned a {type(env).__name__}, not a gymnasium.Env"
+                f"env.wrappers: wrapper '{path}' returned a {type(env).__name__}, not a gymnasium.Env"
             )
     return env
 
