@@ -510,3 +510,13 @@ def test_stability_of_finished_runs_reads_their_episodes(
     assert r["summary"]["reached"] == 2 and r["summary"]["floor"] == 30
     with pytest.raises(ConfigError, match="not a finished a3c-ray run"):
         bench.run(parse(["--stability-of", str(tmp_path / "none"), "--target-return", "1"]))
+
+
+def test_episode_seconds_leave_out_the_pause_between_two_sittings_of_a_resumed_run() -> None:
+    """Ticks every second at 100 steps/s, then an hour's pause (the run resumed), then more."""
+    first = np.arange(1, 101, dtype=float)
+    steps = np.concatenate([first * 100, 10_000 + first * 100])
+    walls = np.concatenate([first, 3600.0 + 100 + first])
+    seconds = episode_seconds(np.array([10_000.0, 20_000.0]), steps, walls)
+    assert seconds[0] == pytest.approx(100.0, abs=1.0)
+    assert seconds[1] == pytest.approx(200.0, abs=2.0), "the hour between sittings is not training"

@@ -45,6 +45,10 @@ def moving_mean(values: np.ndarray, window: int = 100) -> np.ndarray:
     return out
 
 
+GAP_SECONDS = 120.0
+"""Ticks further apart than this (and than 30 of their usual spacing) are two sittings of a run."""
+
+
 def episode_seconds(
     episode_steps: np.ndarray, tick_steps: np.ndarray, tick_walls: np.ndarray
 ) -> np.ndarray:
@@ -59,6 +63,15 @@ def episode_seconds(
     steps, walls = steps[keep], walls[keep]
     if len(steps) == 0:
         return np.zeros(len(episode_steps))
+    if len(steps) >= 3:
+        # A resumed run: the wall time between two sittings is no training. A pause far longer
+        # than the ticks' own spacing is counted at the run's median rate instead.
+        dt, ds = np.diff(walls), np.diff(steps)
+        rates = ds[dt > 0] / dt[dt > 0]
+        gap = dt > max(GAP_SECONDS, 30.0 * float(np.median(dt)))
+        if gap.any() and len(rates) and np.median(rates) > 0:
+            dt[gap] = ds[gap] / float(np.median(rates))
+            walls = walls[0] + np.concatenate([[0.0], np.cumsum(dt)])
     rate = (steps[-1] - steps[0]) / (walls[-1] - walls[0]) if len(steps) >= 2 else 0.0
     t0 = walls[0] - steps[0] / rate if rate > 0 else walls[0]
     xs, ts = np.concatenate([[0.0], steps]), np.concatenate([[t0], walls])

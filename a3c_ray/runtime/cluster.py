@@ -9,6 +9,7 @@ dashboard on 127.0.0.1. Every run's actors are named ``<run-id>/ParameterServer`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -185,6 +186,17 @@ def _get(ref: Any) -> Any:
         return None
 
 
+def _progress(value: Any) -> Progress | None:
+    """A ParameterServer's progress; a run of an older a3c-ray answers with a plain dict."""
+    if isinstance(value, dict):
+        known = {f.name for f in dataclasses.fields(Progress)}
+        try:
+            return Progress(**{k: v for k, v in value.items() if k in known})
+        except TypeError:
+            return None
+    return cast(Progress | None, value)
+
+
 def worker_states(run: str) -> list[dict[str, Any]]:
     """State and node of each of the run's Worker actors, from Ray's state API (newest first per slot)."""
     from ray.util.state import list_actors
@@ -211,12 +223,12 @@ def collect(prefix: str | None = None, interval: float = 1.0) -> list[dict[str, 
         for run, roles in runs.items()
         if "ParameterServer" in roles
     }
-    first = {run: _get(h.progress.remote()) for run, h in handles.items()}
+    first = {run: _progress(_get(h.progress.remote())) for run, h in handles.items()}
     t0 = time.monotonic()
     time.sleep(interval)
     out: list[dict[str, Any]] = []
     for run, h in handles.items():
-        second = _get(h.progress.remote())
+        second = _progress(_get(h.progress.remote()))
         if second is None:
             continue
         dt = time.monotonic() - t0
