@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,14 @@ from typing import Any
 
 import yaml
 
+from a3c_ray.config_values import (
+    admits_none,
+    admits_str,
+    coerce,
+    field_types,
+    parse_scalar,
+    type_name,
+)
 from a3c_ray.errors import ConfigError
 
 
@@ -196,20 +203,20 @@ class Config:
         obj = getattr(self, section, None) if section in SECTIONS else None
         if obj is None or not name:
             raise ConfigError([f"unknown config field '{dotted}'"])
-        hints = _field_types(type(obj))
+        hints = field_types(type(obj))
         name, _, key = name.partition(".")
         if key:  # one entry of a mapping field: env.kwargs.size=8
             if typing.get_origin(hints.get(name)) is not dict:
                 raise ConfigError([f"unknown config field '{dotted}'"])
-            getattr(obj, name)[key] = _parse_scalar(value) if isinstance(value, str) else value
+            getattr(obj, name)[key] = parse_scalar(value) if isinstance(value, str) else value
             return
         if name not in hints:
             raise ConfigError([f"unknown config field '{dotted}' (known: {', '.join(hints)})"])
-        if isinstance(value, str) and not _admits_str(hints[name]):
-            value = _parse_scalar(value)
+        if isinstance(value, str) and not admits_str(hints[name]):
+            value = parse_scalar(value)
         elif isinstance(value, str) and value.strip() in ("", "null", "~"):
-            value = None if _admits_none(hints[name]) else value
-        ok, coerced = _coerce(value, hints[name])
+            value = None if admits_none(hints[name]) else value
+        ok, coerced = coerce(value, hints[name])
         if not ok:
             raise ConfigError([f"{dotted}: expected {type_name(hints[name])}, got {value!r}"])
         setattr(obj, name, coerced)
@@ -331,89 +338,3 @@ class Config:
 
 
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
-
-
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _admits_str(tp: Any) -> bool:
-    """A str field, or an optional one; not a list or mapping of strings."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return str in typing.get_args(tp)
-    return tp is str
-
-
-def _admits_none(tp: Any) -> bool:
-    return type(None) in typing.get_args(tp)
-
-
-def _parse_scalar(text: str) -> Any:
-    """A command-line value as YAML, except that '3e-4' is a number (YAML 1.1 wants '3.0e-4')."""
-    if not text.strip():
-        return None
-    try:
-        return (
-            float(text)
-            if "e" in text.lower() and not text.strip().isalpha()
-            else yaml.safe_load(text)
-        )
-    except ValueError:
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError:
-            return text
-    except yaml.YAMLError:
-        return text
-
-
-def type_name(tp: Any) -> str:
-    args = typing.get_args(tp)
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else type_name(a) for a in args)
-    if typing.get_origin(tp) is list:
-        return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(
-            args[0], str(args[0])
-        )
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        tp, str(tp)
-    )
-
-
-def _coerce(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Check ``value`` against the annotation ``tp``; ints widen to floats, nothing else converts."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            ok, v = _coerce(value, arg)
-            if ok:
-                return True, v
-        return False, value
-    if tp is type(None):
-        return value is None, None
-    if origin is list:
-        if not isinstance(value, list | tuple):
-            return False, value
-        out = []
-        for item in value:
-            ok, v = _coerce(item, typing.get_args(tp)[0])
-            if not ok:
-                return False, value
-            out.append(v)
-        return True, out
-    if origin is dict:
-        ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
-        return ok, dict(value) if ok else value
-    if tp is bool:
-        return isinstance(value, bool), value
-    if tp is int:
-        if isinstance(value, float) and value.is_integer():
-            return True, int(value)  # 1e6 on the command line
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return True, float(value)
-        return False, value
-    if tp is str:
-        return isinstance(value, str), value
-    return False, value

@@ -15,6 +15,7 @@ import yaml
 
 from a3c_ray import config
 from a3c_ray.config import Config
+from a3c_ray.config_values import type_name
 
 
 def field_docs() -> list[tuple[str, str, Any, str]]:
@@ -39,7 +40,7 @@ def field_docs() -> list[tuple[str, str, Any, str]]:
             rows.append(
                 (
                     f"{section}.{f.name}",
-                    config.type_name(typing.get_type_hints(type(obj))[f.name]),
+                    type_name(typing.get_type_hints(type(obj))[f.name]),
                     getattr(obj, f.name),
                     docs.get((type(obj).__name__, f.name), ""),
                 )
