@@ -140,12 +140,23 @@ class MonitorConfig:
 
 
 @dataclass
+class PSConfig:
+    shards: int = 1
+    """ParameterServer actors, each owning one contiguous slice of the weights and the optimizer
+    statistics of that slice; placed on distinct nodes when the cluster has several."""
+    wire_dtype: str = "float32"
+    """How gradients and weights travel between Workers and the ParameterServer: float32,
+    bfloat16 or float16 (the server keeps float32 weights and optimizer statistics)."""
+
+
+@dataclass
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     run: RunConfig = field(default_factory=RunConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    ps: PSConfig = field(default_factory=PSConfig)
 
     # -- conversion -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -309,6 +320,7 @@ class Config:
         need(r.worker_cpus > 0, f"run.worker_cpus: must be > 0, got {r.worker_cpus}")
         need(r.ps_cpus >= 0, f"run.ps_cpus: must be >= 0, got {r.ps_cpus}")
         need(r.monitor_cpus >= 0, f"run.monitor_cpus: must be >= 0, got {r.monitor_cpus}")
+        need(self.ps.shards >= 1, f"ps.shards: must be >= 1, got {self.ps.shards}")
         need(mon.eval_every > 0, f"monitor.eval_every: must be > 0 seconds, got {mon.eval_every}")
         need(
             mon.eval_episodes >= 1, f"monitor.eval_episodes: must be >= 1, got {mon.eval_episodes}"

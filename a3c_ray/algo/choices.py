@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from a3c_ray.algo.models import ACTIVATIONS, CRITICS, MODEL_KINDS
 from a3c_ray.algo.optim import OPTIMIZERS
+from a3c_ray.algo.wire import WIRE_DTYPES
 from a3c_ray.config import Config
 
 
@@ -15,6 +16,7 @@ def problems(cfg: Config) -> list[str]:
         ("model.activation", cfg.model.activation, tuple(ACTIVATIONS)),
         ("model.critic", cfg.model.critic, CRITICS),
         ("algo.optimizer", cfg.algo.optimizer, tuple(OPTIMIZERS)),
+        ("ps.wire_dtype", cfg.ps.wire_dtype, WIRE_DTYPES),
     ):
         if value not in known:
             out.append(f"{field}: must be one of {', '.join(known)}, got '{value}'")

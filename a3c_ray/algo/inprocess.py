@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from a3c_ray.algo.stats import WindowStats
-from a3c_ray.config import Config
+from a3c_ray.config import Config, PSConfig
 
 
 @dataclass
@@ -65,6 +65,7 @@ def train(cfg: Config, workers: int, trace_every: int = 0) -> InProcessRun:
     torch.set_num_threads(1)
     c = Config.from_dict(cfg.to_dict())
     c.run.target_return = None
+    c.ps = PSConfig()  # one server in this process, nothing on a wire
     obs_space, act_space = env_spaces(c.env)
     shape, n = tuple(int(x) for x in obs_space.shape), int(act_space.n)
     ps = ParameterServer(c, initial_params(c, shape, n))

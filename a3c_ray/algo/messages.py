@@ -16,7 +16,7 @@ class GradientPush:
     """What a Worker sends after each rollout."""
 
     grad: np.ndarray
-    """Flat float32 gradient of the loss."""
+    """Flat gradient of the loss: float32, or its slice as ``ps.wire_dtype`` carries it."""
     version: int
     """Version of the weights the gradient was computed from."""
     env_steps: int
@@ -31,11 +31,14 @@ class GradientPush:
     """Lineage of the ParameterServer the weights came from; a restored server starts a new one."""
     env_restarts: int = 0
     """Environments recreated after raising, during this rollout."""
+    norm: float | None = None
+    """L2 norm of the whole float32 gradient (every shard clips by it); None: the server computes it."""
 
 
 class PushReply(NamedTuple):
     weights: Any
-    """The newest flat weights (or an object ref to them) when the version moved past the Worker's; else None."""
+    """The newest flat weights (or an object ref to them) when the version moved past the Worker's,
+    as ``ps.wire_dtype`` carries them; else None."""
     version: int
     stop: bool
     applied: bool

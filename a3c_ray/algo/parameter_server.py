@@ -4,6 +4,9 @@ Workers push gradients computed from the weights of some version v. The server c
 gradient (finite, not too stale), clips it to a global norm, and applies it with one optimizer
 over one flat parameter vector, so RMSProp's or Adam's statistics are shared by every Worker (the
 paper's "shared RMSProp"). It also keeps the run's counters and decides when training stops.
+
+With ``ps.shards`` > 1 each shard is one ParameterServer over its slice of the weights
+(``a3c_ray.algo.shards``); shard 0's counters and stop decision are the run's.
 """
 
 from __future__ import annotations
@@ -18,14 +21,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from a3c_ray.algo import wire
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply
 from a3c_ray.algo.optim import make_optimizer
+from a3c_ray.algo.shards import grad_norm
 from a3c_ray.algo.stats import Window, WindowStats
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError
 
 STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
 STOP_INTERRUPTED, STOP_ERROR = "interrupted", "error"
+UPDATE_NORM_EVERY = 8
+"""The size of the optimizer's step is measured on every 8th application (for its chart): the
+measurement costs a copy of the weights and two passes over them."""
 
 
 def initial_params(cfg: Config, obs_shape: tuple[int, ...], n_actions: int) -> np.ndarray:
@@ -38,7 +46,10 @@ def initial_params(cfg: Config, obs_shape: tuple[int, ...], n_actions: int) -> n
 
 
 class ParameterServer:
-    """Applies gradients; with ``restore`` (a checkpoint's state), continues from it."""
+    """Applies gradients; with ``restore`` (a checkpoint's state), continues from it.
+
+    As shard ``shard`` of several, ``init_params`` and ``restore`` are its slice of the weights
+    (``shards.slice_state``)."""
 
     def __init__(
         self,
@@ -46,9 +57,12 @@ class ParameterServer:
         init_params: np.ndarray,
         meta: CheckpointMeta | None = None,
         restore: dict[str, Any] | None = None,
+        shard: int = 0,
     ):
         self.cfg = cfg
         self.meta = meta
+        self.shard = shard
+        self.wire_dtype = cfg.ps.wire_dtype
         self.flat = torch.nn.Parameter(torch.tensor(np.asarray(init_params, dtype=np.float32)))
         self.optimizer = make_optimizer([self.flat], cfg.algo)
         # Each pushed gradient is copied into this one buffer (arrays from Ray are read-only).
@@ -96,12 +110,10 @@ class ParameterServer:
             raise ValueError(
                 f"gradient of size {np.size(p.grad)} for parameters of size {self.flat.numel()}"
             )
-        np.copyto(self._grad_np, p.grad)
-        # One pass over the gradient: its norm is finite exactly when every element is, unless
-        # the float32 sum of squares overflows, which the float64 norm tells apart.
-        norm = float(torch.linalg.vector_norm(self._grad))
-        if not math.isfinite(norm) and bool(torch.isfinite(self._grad).all()):
-            norm = float(torch.linalg.vector_norm(self._grad, dtype=torch.float64))
+        wire.decode_into(p.grad, self.wire_dtype, self._grad_np)
+        # One pass over the gradient: its norm is finite exactly when every element is. A
+        # Worker sends the norm of its whole gradient (a shard sees only a slice of it).
+        norm = grad_norm(self._grad) if p.norm is None else p.norm
         if p.lineage and p.lineage != self.lineage:
             # Computed from the weights of a server that has since been restored from a checkpoint.
             self.dropped_resync += 1
@@ -131,10 +143,12 @@ class ParameterServer:
                 g["lr"] = self.cfg.algo.lr * frac
         self.flat.grad = grad
         flat = self.flat.detach()
-        self._before.copy_(flat)
+        measure = self.gradients_applied % UPDATE_NORM_EVERY == 0
+        if measure:
+            self._before.copy_(flat)
         self.optimizer.step()
         # The effective step: the optimizer's update, however it scaled the gradient.
-        update_norm = float(torch.linalg.vector_norm(self._before.sub_(flat)))
+        update_norm = float(torch.linalg.vector_norm(self._before.sub_(flat))) if measure else None
         self.version += 1
         self.gradients_applied += 1
         self.staleness_sum += staleness
@@ -179,9 +193,12 @@ class ParameterServer:
         return self.train_seconds_before + now
 
     def weights(self) -> np.ndarray:
-        """The current flat weights; one copy per version, shared by every reader of it."""
+        """The current flat weights as the wire carries them; one copy per version, shared by
+        every reader of it."""
         if self._weights_cache is None or self._weights_cache[0] != self.version:
-            self._weights_cache = (self.version, self.flat.detach().numpy().copy())
+            flat = self.flat.detach().numpy()
+            encoded = wire.encode(flat, self.wire_dtype)
+            self._weights_cache = (self.version, flat.copy() if encoded is flat else encoded)
         return self._weights_cache[1]
 
     def get_weights(self) -> tuple[np.ndarray, int, str]:

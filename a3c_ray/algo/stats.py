@@ -40,6 +40,7 @@ class Window:
         self.staleness_max = 0
         self.grad_norm_sum = 0.0
         self.update_norm_sum = 0.0
+        self.update_norms = 0
         self.stat_sums: dict[str, float] = {}
 
     def add_push(self, stats: dict[str, float]) -> None:
@@ -47,9 +48,14 @@ class Window:
         for k, v in stats.items():
             self.stat_sums[k] = self.stat_sums.get(k, 0.0) + float(v)
 
-    def add_update(self, staleness: int, grad_norm: float, update_norm: float = 0.0) -> None:
+    def add_update(
+        self, staleness: int, grad_norm: float, update_norm: float | None = None
+    ) -> None:
+        """One applied gradient; ``update_norm`` where that step's size was measured."""
         self.updates += 1
-        self.update_norm_sum += update_norm
+        if update_norm is not None:
+            self.update_norm_sum += update_norm
+            self.update_norms += 1
         self.staleness_sum += staleness
         self.staleness_max = max(self.staleness_max, staleness)
         self.grad_norm_sum += grad_norm
@@ -68,6 +74,6 @@ class Window:
             staleness_mean=self.staleness_sum / updates if self.updates else None,
             staleness_max=self.staleness_max if self.updates else None,
             grad_norm=self.grad_norm_sum / updates if self.updates else None,
-            update_norm=self.update_norm_sum / updates if self.updates else None,
+            update_norm=self.update_norm_sum / self.update_norms if self.update_norms else None,
             means={k: v / pushes for k, v in self.stat_sums.items()},
         )

@@ -112,7 +112,8 @@ class Monitor:
         if s.updates:
             w.add_scalar(M.GRAD_NORM, s.grad_norm, step)
             w.add_scalar(M.STALENESS, s.staleness_mean, step)
-            w.add_scalar(M.UPDATE_NORM, s.update_norm, step)
+            if s.update_norm is not None:
+                w.add_scalar(M.UPDATE_NORM, s.update_norm, step)
         w.add_scalar(M.UPDATES_PER_SECOND, s.updates_per_second, step)
 
     def evaluate_and_checkpoint(self) -> None:

@@ -12,9 +12,11 @@ import ray
 
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush, PushReply, WorkerResult
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
+from a3c_ray.algo.shards import ShardRouter, merge_states, shard_bounds, slice_state
+from a3c_ray.algo.stats import WindowStats
 from a3c_ray.algo.worker import Worker
 from a3c_ray.config import Config
-from a3c_ray.rundir.checkpoint import newest_good_state
+from a3c_ray.rundir.checkpoint import load_checkpoint, newest_good_state
 from a3c_ray.rundir.monitor import Monitor
 from a3c_ray.rundir.storage import RunStorage
 from a3c_ray.runtime.metrics import EvalMetrics, ParameterServerMetrics
@@ -25,34 +27,122 @@ from a3c_ray.runtime.remote import NAMESPACE, RemoteProxy, actor_class, one_torc
 WEIGHTS_BY_REF_BYTES = 1 << 20
 
 
+def shard_name(run: str, shard: int) -> str:
+    """The named actor of one shard; shard 0, the coordinator, is the run's ParameterServer."""
+    return f"{run}/ParameterServer" if shard == 0 else f"{run}/ParameterServer-{shard}"
+
+
 class ParameterServerShell(ParameterServer):
-    """The Ray actor. Ray restarts it after a crash; it then resumes from the newest checkpoint.
+    """The Ray actor of one shard (the whole ParameterServer when ``ps.shards`` is 1). Ray restarts
+    it after a crash; it then resumes from the newest checkpoint, and the driver rolls the other
+    shards back to the same one (``reload``).
 
     It builds its initial weights from the seed rather than taking them as an argument, so that a
     restart never depends on a large constructor argument kept in the object store.
     """
 
-    def __init__(self, cfg: Config, meta: CheckpointMeta, run_dir: str, run: str):
+    def __init__(
+        self, cfg: Config, meta: CheckpointMeta, run_dir: str, run: str, shard: int = 0
+    ) -> None:
         one_torch_thread()
-        init = initial_params(cfg, meta.obs_shape, meta.n_actions)
+        self.run_dir = run_dir
         # The run directory may be a URI: restore from this node's copy of its checkpoints.
-        restore = newest_good_state(RunStorage(run_dir).download_checkpoints())
-        ParameterServer.__init__(self, cfg, init, meta, restore)
+        self._start(cfg, meta, shard, newest_good_state(RunStorage(run_dir).download_checkpoints()))
         with warnings.catch_warnings():  # Ray's own deprecation notice from inside this property
             warnings.simplefilter("ignore", DeprecationWarning)
             if ray.get_runtime_context().was_current_actor_reconstructed:
                 self.restarts += 1
         self._ref: tuple[int, Any] | None = None
-        self.metrics = ParameterServerMetrics(run, self)
+        # One exporter of the run's counters: the coordinator's.
+        self.metrics = ParameterServerMetrics(run, self) if shard == 0 else None
+
+    def _start(
+        self, cfg: Config, meta: CheckpointMeta, shard: int, restore: dict[str, Any] | None
+    ) -> None:
+        init = initial_params(cfg, meta.obs_shape, meta.n_actions)
+        lo, hi = shard_bounds(init.size, cfg.ps.shards)[shard]
+        if restore is not None and restore["params"].numel() == init.size:
+            restore = slice_state(restore, lo, hi)  # (another size is refused by the check)
+        ParameterServer.__init__(self, cfg, init[lo:hi], meta, restore, shard)
+
+    def reload(self, checkpoint: str | None) -> str:
+        """Roll back to the checkpoint file a restarted shard restored from (its name; None: the
+        initial weights), so that every shard holds the weights of one moment. Returns the new
+        lineage; the pushes of weights from before are dropped as after a restart."""
+        restarts = self.restarts
+        state = None
+        if checkpoint is not None:
+            local = RunStorage(self.run_dir).download_checkpoints()
+            state = load_checkpoint(local / checkpoint.rsplit("/", 1)[-1])
+        self._start(self.cfg, self.meta, self.shard, state)  # type: ignore[arg-type]
+        self.restarts = max(self.restarts, restarts) + 1
+        return self.lineage
+
+    def restore_info(self) -> tuple[str, str | None]:
+        """This shard's lineage, and the checkpoint it last restored from."""
+        return self.lineage, self.restored_from
 
     def push(self, p: GradientPush) -> PushReply:
         reply = ParameterServer.push(self, p)
-        self.metrics.maybe_export(self)
+        if self.metrics is not None:
+            self.metrics.maybe_export(self)
         if reply.weights is not None and reply.weights.nbytes > WEIGHTS_BY_REF_BYTES:
             if self._ref is None or self._ref[0] != reply.version:
                 self._ref = (reply.version, ray.put(reply.weights))
             reply = reply._replace(weights=self._ref[1])
         return reply
+
+
+class ShardedServer:
+    """The S shard actors seen as one ParameterServer, for a Worker or the Monitor: pushes split
+    and replies merged by a ``ShardRouter``; checkpoints merged into one whole-model state."""
+
+    def __init__(self, handles: list[Any], cfg: Config):
+        self.handles = handles
+        self.cfg = cfg
+        self.router: ShardRouter | None = None
+
+    def _router(self, n: int) -> ShardRouter:
+        if self.router is None:
+            self.router = ShardRouter(n, len(self.handles), self.cfg.ps.wire_dtype)
+        return self.router
+
+    def pull(self) -> PushReply:
+        """The newest weights of every shard, assembled."""
+        got = ray.get([h.get_weights.remote() for h in self.handles])
+        parts = [resolve(w) for w, _, _ in got]
+        router = self._router(sum(int(p.size) for p in parts))
+        replies = [
+            PushReply(w, v, False, True, lin) for w, (_, v, lin) in zip(parts, got, strict=True)
+        ]
+        return router.merge(replies)
+
+    def send(self, p: GradientPush) -> Callable[[], PushReply]:
+        """Start the push to every shard; the returned function waits for the merged reply."""
+        assert self.router is not None, "pull the weights before the first push"
+        router = self.router
+        refs = [h.push.remote(q) for h, q in zip(self.handles, router.split(p), strict=True)]
+
+        def wait() -> PushReply:
+            replies: list[PushReply] = ray.get(refs)
+            return router.merge([r._replace(weights=resolve(r.weights)) for r in replies])
+
+        return wait
+
+    def state_dict(self) -> dict[str, Any]:
+        return merge_states(ray.get([h.state_dict.remote() for h in self.handles]))
+
+    def drain_stats(self) -> WindowStats:
+        """The coordinator's window; the step size is of the whole weights, from every shard's."""
+        stats: list[WindowStats] = ray.get([h.drain_stats.remote() for h in self.handles])
+        parts = [s.update_norm for s in stats if s.update_norm is not None]
+        whole = sum(u * u for u in parts) ** 0.5 if len(parts) == len(stats) else None
+        return dataclasses.replace(stats[0], update_norm=whole)
+
+
+def shard_handles(run: str, shards: int) -> list[Any]:
+    """The named shard actors of a run, coordinator first."""
+    return [ray.get_actor(shard_name(run, k), namespace=NAMESPACE) for k in range(shards)]
 
 
 class WorkerShell(Worker):
@@ -65,23 +155,16 @@ class WorkerShell(Worker):
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def train(self, ps: Any) -> WorkerResult:
-        """Pull the newest weights from the ParameterServer actor ``ps``, then train until it says stop."""
-        weights, version, lineage = ray.get(ps.get_weights.remote())
-        self.set_weights(resolve(weights), version, lineage)
+    def train(self, shards: list[Any]) -> WorkerResult:
+        """Pull the newest weights from the ParameterServer's shard actors (coordinator first), then
+        train until it says stop."""
+        server = ShardedServer(shards, self.cfg)
+        self.handle_reply(server.pull())
 
         def push(p: GradientPush) -> PushReply:
-            return wait_for(ps.push.remote(p))
+            return server.send(p)()
 
-        def wait_for(ref: Any) -> PushReply:
-            reply: PushReply = ray.get(ref)
-            return reply._replace(weights=resolve(reply.weights))
-
-        def send(p: GradientPush) -> Callable[[], PushReply]:
-            ref = ps.push.remote(p)
-            return lambda: wait_for(ref)
-
-        result = self.run_overlapped(send) if self.cfg.algo.overlap_push else self.run(push)
+        result = self.run_overlapped(server.send) if self.cfg.algo.overlap_push else self.run(push)
         return dataclasses.replace(result, node_id=self.node_id())
 
 
@@ -93,8 +176,9 @@ class MonitorShell(Monitor):
     ):
         one_torch_thread()
         # Found by name, so that a restarted Monitor needs no handle among its arguments.
-        ps = ray.get_actor(f"{run}/ParameterServer", namespace=NAMESPACE)
-        Monitor.__init__(self, cfg, run_dir, obs_shape, n_actions, RemoteProxy(ps))
+        shards = shard_handles(run, cfg.ps.shards)
+        server = RemoteProxy(shards[0]) if len(shards) == 1 else ShardedServer(shards, cfg)
+        Monitor.__init__(self, cfg, run_dir, obs_shape, n_actions, server)
         self.metrics = EvalMetrics(run)
 
     def evaluate_and_checkpoint(self) -> None:

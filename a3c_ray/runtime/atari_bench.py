@@ -19,6 +19,7 @@ frames/s one Worker core can give and the most the one ParameterServer can take.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -28,7 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from a3c_ray.config import Config, EnvConfig
+from a3c_ray.config import Config, EnvConfig, PSConfig
 from a3c_ray.envs.make import FRAME_SKIP, make_env, register_extra_envs
 
 
@@ -128,7 +129,10 @@ def costs(cfg: Config, seconds: float = 10.0) -> Costs:
     try:
         obs, act = env_spaces(cfg.env)
         model = build_model(cfg.model, tuple(obs.shape), int(act.n))
-        ps = ParameterServer(cfg, get_flat_params(model))
+        ps = ParameterServer(
+            dataclasses.replace(cfg, ps=PSConfig()),  # one server in this process, no wire
+            get_flat_params(model),
+        )
         w = Worker(cfg, 0, tuple(obs.shape), int(act.n))
         w.set_weights(ps.weights(), ps.version)
         worker_cpu = ps_cpu = 0.0

@@ -25,6 +25,7 @@ import ray
 from a3c_ray.algo.messages import Progress
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError, one_line
+from a3c_ray.runtime.placement import central_cpus
 from a3c_ray.runtime.remote import NAMESPACE
 
 DEFAULT_DASHBOARD_PORT = 8265
@@ -88,7 +89,7 @@ def connect(
             stacklevel=2,
         )
     workers = cfg.run.workers or os.cpu_count() or 1
-    cpus = math.ceil(workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus)
+    cpus = math.ceil(workers * cfg.run.worker_cpus + central_cpus(cfg))
     # The node's services bind to loopback when ray was imported in single-machine mode (the CLI
     # sees to that); the dashboard binds to ``dashboard_host``.
     port = pick_dashboard_port(dashboard_host, dashboard_port)
@@ -132,7 +133,7 @@ def connect_for(
     c = Config.from_dict(cfg.to_dict())
     c.run.workers = max_workers
     started = connect(c, address, dashboard_port=dashboard_port)
-    need = max_workers * cfg.run.worker_cpus + cfg.run.ps_cpus + cfg.run.monitor_cpus
+    need = max_workers * cfg.run.worker_cpus + central_cpus(cfg)
     have = ray.cluster_resources().get("CPU", 0.0)
     if have + 1e-9 < need:
         if started:

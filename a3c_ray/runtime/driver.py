@@ -7,7 +7,9 @@ ticked, failed Workers are restarted and the progress bar is refreshed while Wor
 Failures: a Worker that dies or raises is replaced after a backoff that doubles with each failure
 of its slot; after ``run.max_worker_restarts`` the run stops with an error. The ParameterServer and
 the Monitor are restarted by Ray itself (``max_restarts=-1``), and calls to them are retried; the
-ParameterServer comes back from the newest good checkpoint and the Workers resync to it.
+ParameterServer comes back from the newest good checkpoint and the Workers resync to it. With
+``ps.shards`` > 1, a shard that comes back so has every other shard rolled back to the same
+checkpoint, so the weights are again of one moment.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from a3c_ray.rundir.summary import RunSummary, summary_json
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.cluster import connect
 from a3c_ray.runtime.metrics import DriverMetrics
-from a3c_ray.runtime.placement import central_placement, default_workers
+from a3c_ray.runtime.placement import default_workers, shard_placement
 from a3c_ray.runtime.remote import NAMESPACE
 
 MAX_BACKOFF_SECONDS = 60.0
@@ -89,20 +91,30 @@ class Run:
         self.obs_shape = tuple(int(x) for x in obs_space.shape)
         self.n_actions = int(act_space.n)
         meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions)
-        restartable = {
-            "max_restarts": -1,
-            "max_task_retries": -1,
-            "namespace": NAMESPACE,
-            **central_placement(cfg),
-        }
-        self.ps = (
+        restartable = {"max_restarts": -1, "max_task_retries": -1, "namespace": NAMESPACE}
+        self.shards = [
             actors.parameter_server_class()
-            .options(name=f"{self.run_id}/ParameterServer", num_cpus=cfg.run.ps_cpus, **restartable)
-            .remote(cfg, meta, run_dir, self.run_id)
+            .options(
+                name=actors.shard_name(self.run_id, k),
+                num_cpus=cfg.run.ps_cpus,
+                **restartable,
+                **shard_placement(cfg, k),
+            )
+            .remote(cfg, meta, run_dir, self.run_id, k)
+            for k in range(cfg.ps.shards)
+        ]
+        self.ps = self.shards[0]  # the coordinator: the run's counters and its stop
+        self.lineages: list[tuple[str, str | None]] = ray.get(
+            [s.restore_info.remote() for s in self.shards]
         )
         self.monitor = (
             actors.monitor_class()
-            .options(name=f"{self.run_id}/Monitor", num_cpus=cfg.run.monitor_cpus, **restartable)
+            .options(
+                name=f"{self.run_id}/Monitor",
+                num_cpus=cfg.run.monitor_cpus,
+                **restartable,
+                **shard_placement(cfg, 0),
+            )
             .remote(cfg, run_dir, self.obs_shape, self.n_actions, self.run_id)
         )
         start = ray.get(self.ps.progress.remote())
@@ -137,7 +149,7 @@ class Run:
             scheduling_strategy="SPREAD",  # one Worker per node before two on any node
         ).remote(self.cfg, i, self.obs_shape, self.n_actions, stream)
         self.workers[i] = w
-        self.pending[w.train.remote(self.ps)] = i
+        self.pending[w.train.remote(self.shards)] = i
         self.metrics.worker_slot(i)
 
     def _worker_failed(self, i: int, error: BaseException) -> None:
@@ -218,6 +230,7 @@ class Run:
                 tick_ref = None
             if tick_ref is None and time.monotonic() - last_tick >= self.cfg.monitor.log_every:
                 tick_ref, last_tick = self.monitor.tick.remote(), time.monotonic()
+            self._resync_shards()
             progress: Progress = ray.get(self.ps.progress.remote())
             stopping = progress.stop_reason is not None
             self._restart_due_workers(stopping)
@@ -229,6 +242,28 @@ class Run:
         if tick_ref is not None:
             with contextlib.suppress(ray.exceptions.RayError):
                 self.monitor_report = ray.get(tick_ref)
+
+    def _resync_shards(self) -> None:
+        """After a shard restarted from a checkpoint, roll every other shard back to that one."""
+        if len(self.shards) == 1:
+            return
+        now: list[tuple[str, str | None]] = ray.get([s.restore_info.remote() for s in self.shards])
+        moved = [k for k, info in enumerate(now) if info[0] != self.lineages[k][0]]
+        if moved:
+            checkpoint = now[moved[0]][1]
+            again = [
+                k for k in range(len(self.shards)) if k not in moved or now[k][1] != checkpoint
+            ]
+            lineages = ray.get([self.shards[k].reload.remote(checkpoint) for k in again])
+            for k, lineage in zip(again, lineages, strict=True):
+                now[k] = (lineage, checkpoint)
+            log.warning(
+                "ParameterServer shard %s restarted from %s; shards %s rolled back to it",
+                ", ".join(map(str, moved)),
+                checkpoint or "the initial weights",
+                ", ".join(map(str, again)),
+            )
+        self.lineages = now
 
     def _refresh(self, bar: tqdm, p: Progress) -> None:
         bar.update(min(p.env_steps, bar.total) - bar.n)
@@ -293,7 +328,7 @@ class Run:
         )
 
     def shutdown(self) -> None:
-        for actor in [*self.workers.values(), self.monitor, self.ps]:
+        for actor in [*self.workers.values(), self.monitor, *self.shards]:
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
 

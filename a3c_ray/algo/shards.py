@@ -1,0 +1,147 @@
+"""A ParameterServer in S shards: shard k owns the slice ``bounds[k]`` of the flat weights and the
+optimizer statistics of that slice, so shared RMSProp/Adam stay exact per parameter.
+
+Shard 0 is the coordinator: it alone receives a push's episodes and statistics, so its counters
+and its stop decision are the run's, and every caller that reads the run (the driver, ``status``,
+``scale``, metrics) reads it. Every shard sees every push's env steps (for the learning-rate
+schedule) and the norm of the whole gradient (for clipping), so each shard applies exactly what
+one ParameterServer would to the same parameters.
+
+Checkpoints hold the whole model in one ParameterServer's format (``merge_states``), whatever S:
+a run resumes, evaluates or restores with any number of shards (``slice_state``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+import numpy as np
+import torch
+
+from a3c_ray.algo import wire
+from a3c_ray.algo.messages import GradientPush, PushReply
+
+ALIGN = 1024
+"""Slice boundaries fall on multiples of this many parameters, so that the optimizer's vectorized
+loops meet each parameter in the same position as in one flat vector (bit-identical steps)."""
+
+
+def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
+    """``shards`` contiguous [lo, hi) slices of ``n`` parameters, as equal as ALIGN allows."""
+    if not 1 <= shards <= n:
+        raise ValueError(f"cannot split {n} parameters into {shards} shards")
+    cuts = [min(n, round(n * k / shards / ALIGN) * ALIGN) for k in range(shards + 1)]
+    cuts[-1] = n
+    if any(b <= a for a, b in itertools.pairwise(cuts)):  # a model too small to align
+        cuts = [n * k // shards for k in range(shards + 1)]
+    return list(itertools.pairwise(cuts))
+
+
+def slice_state(state: dict[str, Any], lo: int, hi: int) -> dict[str, Any]:
+    """The part of a whole-model checkpoint state that shard [lo, hi) restores from."""
+    n = state["params"].numel()
+    out = dict(state)
+    out["params"] = state["params"][lo:hi].clone()
+    if "optimizer" in state:
+        opt = state["optimizer"]
+        out["optimizer"] = {
+            **opt,
+            "state": {
+                pid: {
+                    k: v[lo:hi].clone() if torch.is_tensor(v) and v.numel() == n else v
+                    for k, v in pstate.items()
+                }
+                for pid, pstate in opt["state"].items()
+            },
+        }
+    return out
+
+
+def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """One whole-model state from the shards' states in shard order; counters are the coordinator's."""
+    if len(states) == 1:
+        return states[0]
+    out = dict(states[0])
+    out["params"] = torch.cat([s["params"] for s in states])
+    sizes = [s["params"].numel() for s in states]
+    if "optimizer" in states[0]:
+        first = states[0]["optimizer"]
+        merged: dict[Any, dict[str, Any]] = {}
+        for pid, pstate in first["state"].items():
+            merged[pid] = {
+                k: (
+                    torch.cat([s["optimizer"]["state"][pid][k] for s in states])
+                    if torch.is_tensor(v) and v.numel() == sizes[0] and v.dim() > 0
+                    else v
+                )
+                for k, v in pstate.items()
+            }
+        out["optimizer"] = {**first, "state": merged}
+    return out
+
+
+class ShardRouter:
+    """A Worker's side of S shards: splits each push, and assembles the weights from the replies."""
+
+    def __init__(self, n: int, shards: int, wire_dtype: str):
+        self.bounds = shard_bounds(n, shards)
+        self.wire_dtype = wire_dtype
+        self.versions = [-1] * shards
+        self.lineages = [""] * shards
+        self.weights = np.zeros(n, dtype=np.float32)
+
+    @property
+    def shards(self) -> int:
+        return len(self.bounds)
+
+    def split(self, p: GradientPush) -> list[GradientPush]:
+        """The push of each shard: its slice of the gradient, on the wire, with the version and
+        lineage of that shard's weights; episodes and statistics go to the coordinator alone."""
+        grad = wire.encode(p.grad, self.wire_dtype)
+        if p.norm is None:
+            p = dataclasses.replace(p, norm=grad_norm(p.grad))
+        out = []
+        for k, (lo, hi) in enumerate(self.bounds):
+            extra: dict[str, Any] = (
+                {}
+                if k == 0
+                else {"episode_returns": [], "episode_lengths": [], "stats": {}, "env_restarts": 0}
+            )
+            out.append(
+                dataclasses.replace(
+                    p,
+                    grad=grad[lo:hi],
+                    version=self.versions[k],
+                    lineage=self.lineages[k],
+                    **extra,
+                )
+            )
+        return out
+
+    def merge(self, replies: list[PushReply]) -> PushReply:
+        """One reply: the whole weights when any slice moved, and the coordinator's version and stop."""
+        moved = False
+        for k, (reply, (lo, hi)) in enumerate(zip(replies, self.bounds, strict=True)):
+            if reply.weights is not None:
+                wire.decode_into(np.asarray(reply.weights), self.wire_dtype, self.weights[lo:hi])
+                moved = True
+            self.versions[k], self.lineages[k] = reply.version, reply.lineage
+        first = replies[0]
+        return PushReply(
+            self.weights if moved else None,
+            first.version,
+            first.stop,
+            all(r.applied for r in replies),
+            first.lineage,
+        )
+
+
+def grad_norm(grad: np.ndarray | torch.Tensor) -> float:
+    """The global L2 norm of a float32 gradient; float64 only where float32's sum overflows."""
+    t = torch.as_tensor(grad)
+    norm = float(torch.linalg.vector_norm(t))
+    if not np.isfinite(norm) and bool(torch.isfinite(t).all()):
+        norm = float(torch.linalg.vector_norm(t, dtype=torch.float64))
+    return norm
