@@ -92,6 +92,46 @@ def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(
         load_checkpoint(ckpt)  # every checkpoint left is whole
 
 
+def test_killed_shard_comes_back_and_every_shard_rolls_back_to_its_checkpoint(
+    ray_session: None, tmp_path: Path
+) -> None:
+    """With the ParameterServer in 2 shards, killing shard 1 restores it from the newest checkpoint
+    and the driver rolls the coordinator back to the same one: the weights are again of one
+    moment, the run's counters go back with them, and the run goes on to its end."""
+    run_dir = tmp_path / "killshard"
+    cfg = small_config(run_dir, run__max_steps=60_000, monitor__eval_every=0.5, ps__shards=2)
+    seen: dict[str, Any] = {}
+
+    def kill() -> None:
+        wait_for(
+            lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 2, what="two checkpoints"
+        )
+        seen["steps_before"] = progress(run_dir).env_steps
+        shard = named_actor("ParameterServer-1", run_dir)
+        ray.kill(shard, no_restart=False)
+        wait_for(lambda: progress(run_dir).ps_restarts >= 1, what="the coordinator's rollback")
+        after = progress(run_dir)
+        seen["steps_after"] = after.env_steps
+        seen["restored"] = [
+            ray.get(named_actor(name, run_dir).restore_info.remote())[1]  # type: ignore[attr-defined]
+            for name in ("ParameterServer", "ParameterServer-1")
+        ]
+
+    errors = in_background(kill)
+    result = train(cfg)
+    assert not errors, errors
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    assert s["ps_restarts"] == 1 and s["worker_restarts"] == 0
+    a, b = seen["restored"]
+    assert a is not None and a == b, seen  # both shards from the one checkpoint
+    ckpt_steps = int(Path(a).stem.split("-")[1])  # (pruned since: ckpt-<env steps>.pt)
+    assert seen["steps_after"] >= ckpt_steps - 1 and ckpt_steps <= seen["steps_before"]
+    assert s["env_steps"] >= 60_000
+    for ckpt in list_checkpoints(run_dir / "checkpoints"):
+        load_checkpoint(ckpt)  # every checkpoint left is whole
+
+
 def test_killed_monitor_is_restarted_and_no_checkpoint_is_corrupted(
     ray_session: None, tmp_path: Path
 ) -> None:

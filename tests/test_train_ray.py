@@ -15,6 +15,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from a3c_ray import metric_names as M
+from a3c_ray.algo.models import build_model, num_params
 from a3c_ray.commands.cli import main
 from a3c_ray.commands.evaluate import evaluate_checkpoint
 from a3c_ray.config import Config
@@ -111,6 +112,35 @@ def test_two_workers_solve_cartpole_to_450_within_500k_steps(
     assert max(v for _, v in tags[M.EPISODIC_RETURN]) == 500.0
 
     # The best checkpoint plays well under `eval`.
+    res = evaluate_checkpoint(run_dir / "checkpoints" / "best", episodes=20, seed=7)
+    assert res["mean_return"] >= 400, res
+
+
+@pytest.mark.slow
+def test_two_shards_on_a_bfloat16_wire_solve_cartpole(ray_session: None, tmp_path: Path) -> None:
+    """The defaults with the ParameterServer in 2 shards and bfloat16 on the wire reach 450 within
+    500k env steps (they need about 100k), and the run's checkpoint is one whole model that
+    ``eval`` plays and a one-shard ParameterServer could restore."""
+    run_dir = tmp_path / "shards"
+    cfg = Config()
+    cfg.run.run_dir = str(run_dir)
+    cfg.run.workers = 2
+    cfg.run.target_return = 450
+    cfg.run.max_steps = 500_000
+    cfg.run.seed = 1
+    cfg.run.progress = False
+    cfg.ps.shards = 2
+    cfg.ps.wire_dtype = "bfloat16"
+    result = train(cfg)
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "target", s
+    assert s["gradients_dropped"] == 0 and s["ps_restarts"] == 0
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "latest")
+    assert ckpt["params"].numel() == num_params(
+        build_model(cfg.model, (4,), 2)
+    ) and ckpt["version"] == s["version"]
+    assert ckpt["optimizer"]["state"][0]["square_avg"].numel() == ckpt["params"].numel()
+    assert read_tags(run_dir / "tb").get(M.UPDATE_NORM), "no step size chart"
     res = evaluate_checkpoint(run_dir / "checkpoints" / "best", episodes=20, seed=7)
     assert res["mean_return"] >= 400, res
 
