@@ -297,6 +297,36 @@ def test_bench_json_parses_with_every_figure(
     assert m["predicted_env_steps_per_second"]["1"] > 0
 
 
+@pytest.mark.ray
+def test_ps_scale_measures_every_shard_count_wire_and_load(
+    ray_session: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--ps-scale", "--shards", "1,2", "--wire", "float32,bfloat16"]
+    argv += ["--pushes-in-flight", "1,4", "--ps-seconds", "0.3", "--seconds", "1", "--json"]
+    assert bench.run(parse(argv)) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["params"] == 4675 and r["worker_pushes_per_second"] > 0
+    keys = sorted((row["shards"], row["wire_dtype"], row["in_flight"]) for row in r["rows"])
+    assert keys == sorted(
+        (s, w, f) for s in (1, 2) for w in ("float32", "bfloat16") for f in (1, 4)
+    )
+    for row in r["rows"]:
+        assert row["applications_per_second"] > 0 and len(row["runs"]) == 1
+        assert 0 < row["latency_ms_median"] <= row["latency_ms_p90"]
+        assert row["workers_before_saturation"] == pytest.approx(
+            row["applications_per_second"] / r["worker_pushes_per_second"]
+        )
+        assert row["clients"] == min(2, row["in_flight"])
+    assert r["best_applications_per_second"] == max(x["applications_per_second"] for x in r["rows"])
+
+
+def test_ps_scale_refuses_unknown_wire_dtypes_and_zero_counts() -> None:
+    with pytest.raises(SystemExit):
+        parse(["--ps-scale", "--wire", "float8"])
+    with pytest.raises(SystemExit):
+        parse(["--ps-scale", "--shards", "0,2"])
+
+
 def test_raw_limit_in_parallel_runs_one_loop_per_process_at_once() -> None:
     cfg = Config()
     cfg.env.num_envs = 2

@@ -136,9 +136,10 @@ def test_two_shards_on_a_bfloat16_wire_solve_cartpole(ray_session: None, tmp_pat
     assert result.exit_code == 0 and s["stopped_because"] == "target", s
     assert s["gradients_dropped"] == 0 and s["ps_restarts"] == 0
     ckpt = load_checkpoint(run_dir / "checkpoints" / "latest")
-    assert ckpt["params"].numel() == num_params(
-        build_model(cfg.model, (4,), 2)
-    ) and ckpt["version"] == s["version"]
+    assert (
+        ckpt["params"].numel() == num_params(build_model(cfg.model, (4,), 2))
+        and ckpt["version"] == s["version"]
+    )
     assert ckpt["optimizer"]["state"][0]["square_avg"].numel() == ckpt["params"].numel()
     assert read_tags(run_dir / "tb").get(M.UPDATE_NORM), "no step size chart"
     res = evaluate_checkpoint(run_dir / "checkpoints" / "best", episodes=20, seed=7)

@@ -10,7 +10,8 @@ In one run it measures (see ``bench_measure``):
 
 and prints the ratio of (3) to (1) x N, and a model of where throughput stops growing with N.
 ``--plot-runs`` instead draws the learning curves of finished training runs (``bench_plot``), and
-``--seeds`` measures learning and keeping it over seeds (``bench_stability``).
+``--seeds`` measures learning and keeping it over seeds (``bench_stability``), and ``--ps-scale``
+the ParameterServer alone under synthetic clients (``bench_ps``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from a3c_ray.algo import choices
+from a3c_ray.commands import bench_ps
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.commands.bench_report import format_report
 from a3c_ray.config import Config
@@ -129,6 +131,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "print when it first reached each of these returns (e.g. 0,10,18 for Pong)",
     )
     bs.add_arguments(p)
+    bench_ps.add_arguments(p)
 
 
 def bench_config(args: argparse.Namespace) -> Config:
@@ -155,7 +158,7 @@ def bench_config(args: argparse.Namespace) -> Config:
         cfg.set("run.time_limit", args.time_limit)
     if args.seeds is not None:
         problems += bs.problems(cfg, args)
-    for name in ("repeat", "in_flight"):
+    for name in ("repeat", "in_flight", "clients"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')}: must be >= 1")
     problems += cfg.validate(choices.problems, env_problems)
@@ -212,6 +215,8 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
             [r["actor"]["applications_per_second"] for r in ps_runs]
         ),
         "in_flight": args.in_flight,
+        "shards": cfg.ps.shards,
+        "wire_dtype": cfg.ps.wire_dtype,
     }
     main = next(t for t in training if t["workers"] == cfg.run.workers)
     return {
@@ -342,6 +347,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = bench_config(args)
     if args.seeds is not None:
         return bs.run_stability(cfg, args)
+    if args.ps_scale:
+        return bench_ps.run_ps_scale(cfg, args)
     counts = sorted({*(args.scaling or []), cfg.run.workers})
     report = measure(cfg, counts, args)
     print(json.dumps(report) if args.json else format_report(report))

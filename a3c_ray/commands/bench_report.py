@@ -39,7 +39,8 @@ def format_report(r: dict[str, Any]) -> str:
         f"sampling {raw['sample_us_per_batch']:.0f} us, env {raw['env_us_per_batch']:.0f} us)",
         *_parallel_line(raw),
         f"ParameterServer: {_n(ps['in_process_applications_per_second'])} gradient applications/s "
-        f"in process; as a Ray actor {_n(ps['actor_round_trips_per_second'])} round trips/s from one "
+        f"in process; as Ray actors ({ps.get('shards', 1)} shard(s), {ps.get('wire_dtype', 'float32')} "
+        f"on the wire) {_n(ps['actor_round_trips_per_second'])} round trips/s from one "
         f"client, {_n(ps['actor_applications_per_second'])} applications/s with {ps['in_flight']} "
         "pushes in flight",
         "",

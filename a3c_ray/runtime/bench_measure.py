@@ -16,6 +16,7 @@ import math
 import multiprocessing as mp
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,11 @@ from tqdm import tqdm
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, WorkerResult
 from a3c_ray.algo.models import build_model, num_params, sample_actions
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
-from a3c_ray.config import Config
+from a3c_ray.algo.shards import ShardRouter
+from a3c_ray.config import Config, PSConfig
 from a3c_ray.envs.make import FRAME_SKIP, env_spaces, is_atari, make_vector_env
 from a3c_ray.rundir import layout
-from a3c_ray.runtime import actors, driver
+from a3c_ray.runtime import actors, driver, placement
 
 WARMUP_SECONDS = 1.0
 """Training seconds left out of the window: actor start-up and the first pushes are not steady."""
@@ -138,9 +140,9 @@ def raw_limit_parallel(cfg: Config, seconds: float, processes: int) -> dict[str,
     }
 
 
-def _pushes(cfg: Config, size: int, n: int = 8) -> list[GradientPush]:
+def _pushes(cfg: Config, size: int, n: int = 8, seed: int = 0) -> list[GradientPush]:
     """Gradients of a real size and a plausible scale, as a Worker would push them."""
-    rng = np.random.default_rng(cfg.run.seed)
+    rng = np.random.default_rng((cfg.run.seed, seed))
     steps = cfg.algo.t_max * cfg.env.num_envs
     stats = {"policy_loss": 0.1, "value_loss": 1.0, "entropy": 0.69}
     return [
@@ -160,6 +162,7 @@ def _bench_config(cfg: Config) -> Config:
 def ps_in_process(cfg: Config, seconds: float) -> dict[str, float]:
     """Applications per second of a plain ParameterServer: check, clip, optimizer step, weights."""
     c = _bench_config(cfg)
+    c.ps = PSConfig()  # one whole server, nothing on a wire
     obs_space, act_space = env_spaces(c.env)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -177,41 +180,103 @@ def ps_in_process(cfg: Config, seconds: float) -> dict[str, float]:
     return {"applications_per_second": n / elapsed, "us_per_application": 1e6 * elapsed / n}
 
 
-def ps_actor(cfg: Config, seconds: float, in_flight: int) -> dict[str, float]:
-    """The ParameterServer actor: round trips of one client, and its rate with pushes in flight."""
+class _PushClient:
+    """A synthetic Worker: pushes prepared gradients (no env, no backward) to the shards, keeping
+    ``in_flight`` pushes outstanding, and takes each reply's weights as a Worker does."""
+
+    def __init__(self, cfg: Config, size: int, seed: int):
+        self.cfg = cfg
+        self.router = ShardRouter(size, cfg.ps.shards, cfg.ps.wire_dtype)
+        # Split and put on the wire once: the client's own cost is not what is measured.
+        self.pushes = [self.router.split(p) for p in _pushes(cfg, size, seed=seed)]
+
+    def run(self, shards: list[Any], in_flight: int, seconds: float) -> dict[str, Any]:
+        import ray
+
+        def send(i: int) -> tuple[float, list[Any]]:
+            parts = self.pushes[i % len(self.pushes)]
+            return time.perf_counter(), [
+                s.push.remote(q) for s, q in zip(shards, parts, strict=True)
+            ]
+
+        def take(refs: list[Any]) -> None:
+            for reply in ray.get(refs):
+                if isinstance(reply.weights, ray.ObjectRef):
+                    ray.get(reply.weights)
+
+        for i in range(2):  # warm-up: first calls set up connections
+            take(send(i)[1])
+        latencies: list[float] = []
+        queue = deque(send(i) for i in range(in_flight))
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            sent, refs = queue.popleft()
+            take(refs)
+            latencies.append(time.perf_counter() - sent)
+            n += 1
+            queue.append(send(n))
+        elapsed = time.perf_counter() - t0
+        for _, refs in queue:
+            take(refs)
+        return {"pushes": n, "seconds": elapsed, "latencies": latencies}
+
+
+def ps_load(
+    cfg: Config, seconds: float, in_flights: list[int], clients: int = 2
+) -> list[dict[str, Any]]:
+    """The ParameterServer alone, as ``cfg.ps`` shards it and puts it on the wire, under synthetic
+    clients with each number of pushes in flight: applications/s and round-trip latencies."""
     import ray
 
     c = _bench_config(cfg)
     obs_space, act_space = env_spaces(c.env)
     meta = CheckpointMeta.of(c, obs_space.shape, int(act_space.n))
+    size = model_size(c)
+    out = []
     with tempfile.TemporaryDirectory(prefix="a3c-bench-ps-") as tmp:
-        actor = (
+        shards = [
             actors.parameter_server_class()
-            .options(num_cpus=c.run.ps_cpus)
-            .remote(c, meta, str(Path(tmp) / layout.CHECKPOINTS), "bench")
-        )
+            .options(num_cpus=0, **placement.shard_placement(c, k))
+            .remote(c, meta, str(Path(tmp) / layout.CHECKPOINTS), "bench", k)
+            for k in range(c.ps.shards)
+        ]
+        client_cls: Any = ray.remote(num_cpus=0)(_PushClient)
         try:
-            size = ray.get(actor.get_weights.remote())[0].size
-            pushes = _pushes(c, size)  # sent by value, as Workers send them
-            ray.get(actor.push.remote(pushes[0]))
-            n, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds / 2:
-                ray.get(actor.push.remote(pushes[n % len(pushes)]))
-                n += 1
-            round_trips = n / (time.perf_counter() - t0)
-            pending = [actor.push.remote(pushes[i % len(pushes)]) for i in range(in_flight)]
-            n, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds / 2:
-                done, pending = ray.wait(pending, num_returns=1)
-                n += len(done)
-                pending.append(actor.push.remote(pushes[n % len(pushes)]))
-            applications = n / (time.perf_counter() - t0)
-            ray.get(pending)
+            ray.get([s.progress.remote() for s in shards])
+            pool = [client_cls.remote(c, size, seed) for seed in range(clients)]
+            for in_flight in in_flights:
+                used = pool[: min(clients, in_flight)]
+                shares = [
+                    in_flight // len(used) + (i < in_flight % len(used)) for i in range(len(used))
+                ]
+                runs = ray.get(
+                    [cl.run.remote(shards, k, seconds) for cl, k in zip(used, shares, strict=True)]
+                )
+                lat = np.concatenate([r["latencies"] for r in runs]) * 1e3
+                out.append(
+                    {
+                        "shards": c.ps.shards,
+                        "wire_dtype": c.ps.wire_dtype,
+                        "in_flight": in_flight,
+                        "clients": len(used),
+                        "applications_per_second": sum(r["pushes"] / r["seconds"] for r in runs),
+                        "latency_ms_median": float(np.median(lat)) if lat.size else math.nan,
+                        "latency_ms_p90": float(np.percentile(lat, 90)) if lat.size else math.nan,
+                    }
+                )
         finally:
-            ray.kill(actor, no_restart=True)
+            for s in shards:
+                ray.kill(s, no_restart=True)
+    return out
+
+
+def ps_actor(cfg: Config, seconds: float, in_flight: int) -> dict[str, float]:
+    """The ParameterServer's actors: round trips of one client, and their rate with pushes in flight."""
+    one, many = ps_load(cfg, seconds / 2, [1, in_flight])
     return {
-        "round_trips_per_second": round_trips,
-        "applications_per_second": applications,
+        "round_trips_per_second": one["applications_per_second"],
+        "applications_per_second": many["applications_per_second"],
+        "latency_ms_median": one["latency_ms_median"],
         "in_flight": in_flight,
     }
 

@@ -1,0 +1,158 @@
+"""``a3c-ray bench --ps-scale``: the ParameterServer alone at scale.
+
+Synthetic clients push prepared gradients of the config's model size (no env, no backward) to the
+ParameterServer's shard actors, keeping 1, 8, 32 or 128 pushes in flight, for each number of
+shards and each wire dtype asked for. Each row gives the gradient applications per second and the
+round trip of one push (median and 90th percentile). One Worker of the config, trained for
+``--seconds``, gives its push rate; the model then says how many such Workers each ParameterServer
+carries before it saturates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+from typing import Any
+
+from a3c_ray.algo.wire import WIRE_DTYPES
+from a3c_ray.config import Config
+from a3c_ray.runtime import bench_measure as bm
+from a3c_ray.runtime import cluster
+
+IN_FLIGHT = [1, 8, 32, 128]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected counts like 1,2,4, got '{text}'") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected counts >= 1, got '{text}'")
+    return values
+
+
+def _dtypes(text: str) -> list[str]:
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [v for v in values if v not in WIRE_DTYPES]
+    if not values or bad:
+        raise argparse.ArgumentTypeError(
+            f"expected wire dtypes among {', '.join(WIRE_DTYPES)}, got '{text}'"
+        )
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "the ParameterServer at scale (--ps-scale): synthetic clients push prepared gradients"
+    )
+    g.add_argument(
+        "--ps-scale",
+        action="store_true",
+        help="instead of training, measure the ParameterServer alone for each of --shards, "
+        "--wire and --pushes-in-flight",
+    )
+    g.add_argument(
+        "--shards",
+        type=_ints,
+        default=[1, 2, 4],
+        metavar="S,S,...",
+        help="numbers of ParameterServer shards (default 1,2,4)",
+    )
+    g.add_argument(
+        "--wire",
+        type=_dtypes,
+        default=["float32", "bfloat16"],
+        metavar="DTYPE,...",
+        help="wire dtypes (default float32,bfloat16)",
+    )
+    g.add_argument(
+        "--pushes-in-flight",
+        type=_ints,
+        default=IN_FLIGHT,
+        metavar="N,N,...",
+        help="pushes kept in flight by the clients together (default 1,8,32,128)",
+    )
+    g.add_argument("--clients", type=int, default=2, help="synthetic client actors (default 2)")
+
+
+def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
+    """Every (shards, wire dtype, pushes in flight), ``args.repeat`` times: medians and every run."""
+    load_before = os.getloadavg()[0]
+    rows: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    with cluster.session(cfg, 1, args.address, args.dashboard_port):
+        worker = bm.train_throughput(cfg, 1, args.seconds)["per_worker"][0]
+        for _ in range(args.repeat):
+            for shards in args.shards:
+                for dtype in args.wire:
+                    c = copy.deepcopy(cfg)
+                    c.ps.shards, c.ps.wire_dtype = shards, dtype
+                    for r in bm.ps_load(c, args.ps_seconds, args.pushes_in_flight, args.clients):
+                        rows.setdefault((shards, dtype, r["in_flight"]), []).append(r)
+    pushes = worker["pushes_per_second"]
+    table = []
+    for runs in rows.values():
+        ordered = sorted(runs, key=lambda r: r["applications_per_second"])
+        row = dict(ordered[(len(ordered) - 1) // 2])
+        row["runs"] = [r["applications_per_second"] for r in runs]
+        row["workers_before_saturation"] = row["applications_per_second"] / pushes
+        row["us_per_application"] = 1e6 / row["applications_per_second"]
+        table.append(row)
+    best = max(table, key=lambda r: r["applications_per_second"])
+    return {
+        "env": cfg.env.id,
+        "params": bm.model_size(cfg),
+        "steps_per_push": cfg.algo.t_max * cfg.env.num_envs,
+        "cpus": os.cpu_count(),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg()[0],
+        "repeat": args.repeat,
+        "seconds_per_row": args.ps_seconds,
+        "clients": args.clients,
+        "worker_pushes_per_second": pushes,
+        "worker_busy_ms_per_push": 1e3 * worker["busy_seconds_per_push"],
+        "rows": table,
+        "best": {k: best[k] for k in ("shards", "wire_dtype", "in_flight")},
+        "best_applications_per_second": best["applications_per_second"],
+        "workers_before_saturation": best["workers_before_saturation"],
+        "median_applications_per_second": statistics.median(
+            r["applications_per_second"] for r in table
+        ),
+    }
+
+
+def format_table(r: dict[str, Any]) -> str:
+    lines = [
+        f"a3c-ray bench --ps-scale: {r['env']}, {r['params']:,} parameters, {r['cpus']} CPUs; "
+        f"load average {r['loadavg_before']:.1f} before, {r['loadavg_after']:.1f} after; "
+        f"medians of {r['repeat']} run(s) of {r['seconds_per_row']:g} s, {r['clients']} clients",
+        f"one Worker of this config pushes {r['worker_pushes_per_second']:.1f}/s "
+        f"(busy {r['worker_busy_ms_per_push']:.1f} ms per push)",
+        "",
+        "shards  wire      in flight  applications/s  us/application  round trip ms (median/p90)"
+        "  Workers carried",
+    ]
+    for row in r["rows"]:
+        lines.append(
+            f"{row['shards']:>6}  {row['wire_dtype']:<8}  {row['in_flight']:>9}  "
+            f"{row['applications_per_second']:>14,.0f}  {row['us_per_application']:>14,.0f}  "
+            f"{row['latency_ms_median']:>13.2f} / {row['latency_ms_p90']:<10.2f}  "
+            f"{row['workers_before_saturation']:>15.1f}"
+        )
+    b = r["best"]
+    lines += [
+        "",
+        f"best: {r['best_applications_per_second']:,.0f} applications/s with {b['shards']} shard(s), "
+        f"{b['wire_dtype']} on the wire, {b['in_flight']} in flight: the ParameterServer carries "
+        f"{r['workers_before_saturation']:.1f} Workers of this config before it saturates",
+    ]
+    return "\n".join(lines)
+
+
+def run_ps_scale(cfg: Config, args: argparse.Namespace) -> int:
+    report = measure(cfg, args)
+    print(json.dumps(report) if args.json else format_table(report))
+    return 0
