@@ -45,6 +45,8 @@ class RunSummary(TypedDict, total=False):
     version: int
     resumed_from: str | None
     worker_nodes: list[str]
+    ps_nodes: list[str]
+    """The Ray node of each ParameterServer shard, coordinator first."""
     run_id: str
     run_dir: str
     failures: list[str]

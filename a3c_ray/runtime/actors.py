@@ -78,6 +78,9 @@ class ParameterServerShell(ParameterServer):
         self.restarts = max(self.restarts, restarts) + 1
         return self.lineage
 
+    def node_id(self) -> str:
+        return str(ray.get_runtime_context().get_node_id())
+
     def restore_info(self) -> tuple[str, str | None]:
         """This shard's lineage, and the checkpoint it last restored from."""
         return self.lineage, self.restored_from

@@ -321,11 +321,19 @@ class Run:
             version=p.version,
             resumed_from=self.restored_from,
             worker_nodes=nodes,
+            ps_nodes=self._shard_nodes(),
             run_id=self.run_id,
             run_dir=str(self.run_dir),
             failures=self.failure_log[-20:],
             errors=self.errors,
         )
+
+    def _shard_nodes(self) -> list[str]:
+        try:
+            nodes: list[str] = ray.get([s.node_id.remote() for s in self.shards], timeout=30)
+        except ray.exceptions.RayError:
+            return []
+        return nodes
 
     def shutdown(self) -> None:
         for actor in [*self.workers.values(), self.monitor, *self.shards]:
