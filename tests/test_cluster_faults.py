@@ -44,6 +44,14 @@ def actor_node(run_dir: Path, suffix: str) -> str:
     raise LookupError(suffix)
 
 
+def alive(run_dir: Path, suffix: str) -> bool:
+    try:
+        actor_node(run_dir, suffix)
+    except LookupError:
+        return False
+    return True
+
+
 def test_workers_spread_over_nodes_and_central_actors_stay_on_the_head(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -53,8 +61,9 @@ def test_workers_spread_over_nodes_and_central_actors_stay_on_the_head(
     def look() -> None:
         wait_for(lambda: bool(ray.util.list_named_actors(all_namespaces=True)), what="actors")
         named_actor("Worker-1", run_dir)
-        seen["ps"] = actor_node(run_dir, "ParameterServer")
-        seen["monitor"] = actor_node(run_dir, "Monitor")
+        for suffix, key in (("ParameterServer", "ps"), ("Monitor", "monitor")):
+            wait_for(lambda s=suffix: alive(run_dir, s), what=f"the {suffix} to be placed")
+            seen[key] = actor_node(run_dir, suffix)
 
     t = threading.Thread(target=look, daemon=True)
     t.start()
@@ -66,6 +75,18 @@ def test_workers_spread_over_nodes_and_central_actors_stay_on_the_head(
     head = cluster.head_node.node_id
     assert seen.get("ps") == head and seen.get("monitor") == head
     assert head not in s["worker_nodes"]
+
+
+def test_parameter_server_shards_go_on_distinct_nodes(cluster: Cluster, tmp_path: Path) -> None:
+    """Three shards on three nodes, the coordinator on the head; the run reaches its end."""
+    run_dir = tmp_path / "shards"
+    cfg = small_config(
+        run_dir, run__max_steps=10_000, run__workers=1, run__worker_cpus=0.5, ps__shards=3
+    )
+    result = train(cfg)
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    assert len(set(s["ps_nodes"])) == 3 and s["ps_nodes"][0] == cluster.head_node.node_id, s
 
 
 def test_losing_a_node_restarts_its_worker_elsewhere_and_training_completes(

@@ -104,9 +104,6 @@ class Run:
             for k in range(cfg.ps.shards)
         ]
         self.ps = self.shards[0]  # the coordinator: the run's counters and its stop
-        self.lineages: list[tuple[str, str | None]] = ray.get(
-            [s.restore_info.remote() for s in self.shards]
-        )
         self.monitor = (
             actors.monitor_class()
             .options(
@@ -116,6 +113,9 @@ class Run:
                 **shard_placement(cfg, 0),
             )
             .remote(cfg, run_dir, self.obs_shape, self.n_actions, self.run_id)
+        )
+        self.lineages: list[tuple[str, str | None]] = ray.get(
+            [s.restore_info.remote() for s in self.shards]
         )
         start = ray.get(self.ps.progress.remote())
         self.start_steps = start.env_steps
