@@ -414,3 +414,43 @@ def test_cartpole_job_on_a_local_three_node_cluster_succeeds_and_leaves_its_run_
         "127.0.0.12",
     ]
     assert "Active:" in status.stdout
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("ship", ["working_dir", "py_modules"])
+def test_custom_env_job_finds_its_module_on_every_node(
+    local_cluster: dict[str, Any], tmp_path: Path, ship: str
+) -> None:
+    """A job trains an env of the user's own, shipped as the job's working directory (the
+    example, as docs/custom-envs.md submits it) or as a package in ``py_modules`` (an empty
+    working directory: the module is found through py_modules alone)."""
+    example = ROOT / "examples" / "custom_env"
+    run_dir = tmp_path / "corridor"
+    if ship == "working_dir":
+        working_dir, runtime_env = example, PREINSTALLED
+        train = ["--config", "corridor.yaml"]
+    else:
+        package = tmp_path / "pkg" / "my_envs"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        shutil.copy(example / "corridor.py", package / "corridor.py")
+        runtime_env = tmp_path / "runtime_env.yaml"
+        runtime_env.write_text(PREINSTALLED.read_text() + f"py_modules:\n  - {package}\n")
+        working_dir = tmp_path / "empty"
+        working_dir.mkdir()
+        train = ["--env", "my_envs.corridor:Corridor", "--set", "env.kwargs.size=6"]
+    out = io.StringIO()
+    args = parse(
+        "--address", local_cluster["dashboard"], "--working-dir", str(working_dir),
+        "--runtime-env", str(runtime_env), "--",
+        *train, "--max-steps", "4000", "--workers", "2", "--run-dir", str(run_dir),
+        "--no-progress",
+    )  # fmt: skip
+    assert submit.run(args, out=out) == 0, out.getvalue()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stopped_because"] in ("max_steps", "target"), summary
+    assert summary["env_steps"] > 0 and len(summary["worker_nodes"]) >= 1
+    assert summary["env_id"] == (
+        "corridor:Corridor" if ship == "working_dir" else "my_envs.corridor:Corridor"
+    )
