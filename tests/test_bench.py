@@ -306,9 +306,14 @@ def test_ps_scale_measures_every_shard_count_wire_and_load(
     assert bench.run(parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["params"] == 4675 and r["worker_pushes_per_second"] > 0
-    keys = sorted((row["shards"], row["wire_dtype"], row["in_flight"]) for row in r["rows"])
+    keys = sorted(
+        (row["shards"], row["alone"], row["wire_dtype"], row["in_flight"]) for row in r["rows"]
+    )
     assert keys == sorted(
-        (s, w, f) for s in (1, 2) for w in ("float32", "bfloat16") for f in (1, 4)
+        (s, alone, w, f)
+        for s, alone in ((1, False), (2, False), (2, True))  # one shard alone: S > 1 only
+        for w in ("float32", "bfloat16")
+        for f in (1, 4)
     )
     for row in r["rows"]:
         assert row["applications_per_second"] > 0 and len(row["runs"]) == 1
@@ -317,7 +322,11 @@ def test_ps_scale_measures_every_shard_count_wire_and_load(
             row["applications_per_second"] / r["worker_pushes_per_second"]
         )
         assert row["clients"] == min(2, row["in_flight"])
-    assert r["best_applications_per_second"] == max(x["applications_per_second"] for x in r["rows"])
+    here = [x["applications_per_second"] for x in r["rows"] if not x["alone"]]
+    assert r["best_applications_per_second"] == max(here)
+    assert r["best_on_own_nodes_applications_per_second"] == max(
+        x["applications_per_second"] for x in r["rows"]
+    )
 
 
 def test_ps_scale_refuses_unknown_wire_dtypes_and_zero_counts() -> None:

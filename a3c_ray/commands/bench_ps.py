@@ -6,6 +6,10 @@ shards and each wire dtype asked for. Each row gives the gradient applications p
 round trip of one push (median and 90th percentile). One Worker of the config, trained for
 ``--seconds``, gives its push rate; the model then says how many such Workers each ParameterServer
 carries before it saturates.
+
+On one machine S shards share its cores. For S > 1 the bench also measures shard 0 *alone*, fed
+its slice only: what each shard applies when it has a node to itself, so what S shards on S
+nodes apply together (each push reaches every shard; the slowest one sets the pace).
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
     """Every (shards, wire dtype, pushes in flight), ``args.repeat`` times: medians and every run."""
     load_before = os.getloadavg()[0]
-    rows: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    rows: dict[tuple[int, str, bool, int], list[dict[str, Any]]] = {}
     with cluster.session(cfg, 1, args.address, args.dashboard_port):
         worker = bm.train_throughput(cfg, 1, args.seconds)["per_worker"][0]
         for _ in range(args.repeat):
@@ -90,8 +94,12 @@ def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
                 for dtype in args.wire:
                     c = copy.deepcopy(cfg)
                     c.ps.shards, c.ps.wire_dtype = shards, dtype
-                    for r in bm.ps_load(c, args.ps_seconds, args.pushes_in_flight, args.clients):
-                        rows.setdefault((shards, dtype, r["in_flight"]), []).append(r)
+                    for alone in (False, True) if shards > 1 else (False,):
+                        for r in bm.ps_load(
+                            c, args.ps_seconds, args.pushes_in_flight, args.clients, alone
+                        ):
+                            key = (shards, dtype, alone, r["in_flight"])
+                            rows.setdefault(key, []).append(r)
     pushes = worker["pushes_per_second"]
     table = []
     for runs in rows.values():
@@ -101,7 +109,9 @@ def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
         row["workers_before_saturation"] = row["applications_per_second"] / pushes
         row["us_per_application"] = 1e6 / row["applications_per_second"]
         table.append(row)
-    best = max(table, key=lambda r: r["applications_per_second"])
+    here = [r for r in table if not r["alone"]]
+    best = max(here, key=lambda r: r["applications_per_second"])
+    nodes = max(table, key=lambda r: r["applications_per_second"])
     return {
         "env": cfg.env.id,
         "params": bm.model_size(cfg),
@@ -118,6 +128,9 @@ def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
         "best": {k: best[k] for k in ("shards", "wire_dtype", "in_flight")},
         "best_applications_per_second": best["applications_per_second"],
         "workers_before_saturation": best["workers_before_saturation"],
+        "best_on_own_nodes": {k: nodes[k] for k in ("shards", "wire_dtype", "in_flight")},
+        "best_on_own_nodes_applications_per_second": nodes["applications_per_second"],
+        "workers_before_saturation_on_own_nodes": nodes["workers_before_saturation"],
         "median_applications_per_second": statistics.median(
             r["applications_per_second"] for r in table
         ),
@@ -132,12 +145,13 @@ def format_table(r: dict[str, Any]) -> str:
         f"one Worker of this config pushes {r['worker_pushes_per_second']:.1f}/s "
         f"(busy {r['worker_busy_ms_per_push']:.1f} ms per push)",
         "",
-        "shards  wire      in flight  applications/s  us/application  round trip ms (median/p90)"
-        "  Workers carried",
+        "shards  placement            wire      in flight  applications/s  us/application  "
+        "round trip ms (median/p90)  Workers carried",
     ]
     for row in r["rows"]:
+        where = "shard 0 alone" if row["alone"] else "all on this machine"
         lines.append(
-            f"{row['shards']:>6}  {row['wire_dtype']:<8}  {row['in_flight']:>9}  "
+            f"{row['shards']:>6}  {where:<19}  {row['wire_dtype']:<8}  {row['in_flight']:>9}  "
             f"{row['applications_per_second']:>14,.0f}  {row['us_per_application']:>14,.0f}  "
             f"{row['latency_ms_median']:>13.2f} / {row['latency_ms_p90']:<10.2f}  "
             f"{row['workers_before_saturation']:>15.1f}"
@@ -149,6 +163,13 @@ def format_table(r: dict[str, Any]) -> str:
         f"{b['wire_dtype']} on the wire, {b['in_flight']} in flight: the ParameterServer carries "
         f"{r['workers_before_saturation']:.1f} Workers of this config before it saturates",
     ]
+    n = r["best_on_own_nodes"]
+    if n != b:
+        lines.append(
+            f"with a node per shard: {r['best_on_own_nodes_applications_per_second']:,.0f} "
+            f"applications/s with {n['shards']} shards, {n['wire_dtype']}, {n['in_flight']} in "
+            f"flight: {r['workers_before_saturation_on_own_nodes']:.1f} Workers"
+        )
     return "\n".join(lines)
 
 

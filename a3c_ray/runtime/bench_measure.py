@@ -194,7 +194,7 @@ class _PushClient:
         import ray
 
         def send(i: int) -> tuple[float, list[Any]]:
-            parts = self.pushes[i % len(self.pushes)]
+            parts = self.pushes[i % len(self.pushes)][: len(shards)]  # (a shard alone: its part)
             return time.perf_counter(), [
                 s.push.remote(q) for s, q in zip(shards, parts, strict=True)
             ]
@@ -222,10 +222,14 @@ class _PushClient:
 
 
 def ps_load(
-    cfg: Config, seconds: float, in_flights: list[int], clients: int = 2
+    cfg: Config, seconds: float, in_flights: list[int], clients: int = 2, alone: bool = False
 ) -> list[dict[str, Any]]:
     """The ParameterServer alone, as ``cfg.ps`` shards it and puts it on the wire, under synthetic
-    clients with each number of pushes in flight: applications/s and round-trip latencies."""
+    clients with each number of pushes in flight: applications/s and round-trip latencies.
+
+    With ``alone``, only shard 0 runs, and the clients push it its slice alone: what one shard
+    applies when each shard has a node to itself (on a cluster of S nodes, the S shards work in
+    parallel and the ParameterServer applies as many pushes as its slowest shard)."""
     import ray
 
     c = _bench_config(cfg)
@@ -238,7 +242,7 @@ def ps_load(
             actors.parameter_server_class()
             .options(num_cpus=0, **placement.shard_placement(c, k))
             .remote(c, meta, str(Path(tmp) / layout.CHECKPOINTS), "bench", k)
-            for k in range(c.ps.shards)
+            for k in range(1 if alone else c.ps.shards)
         ]
         client_cls: Any = ray.remote(num_cpus=0)(_PushClient)
         try:
@@ -256,6 +260,7 @@ def ps_load(
                 out.append(
                     {
                         "shards": c.ps.shards,
+                        "alone": alone,
                         "wire_dtype": c.ps.wire_dtype,
                         "in_flight": in_flight,
                         "clients": len(used),
