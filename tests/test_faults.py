@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import ray
 
+from a3c_ray.config import Config
 from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
+from a3c_ray.rundir.summary import RunSummary
 from a3c_ray.runtime.driver import train
 
 from .conftest import named_actor, small_config, wait_for
@@ -30,6 +32,16 @@ def in_background(fn: Callable[[], None]) -> list[BaseException]:
 
     threading.Thread(target=target, daemon=True).start()
     return errors
+
+
+def trains_to_max_steps_despite(cfg: Config, fault: Callable[[], None]) -> RunSummary:
+    """Train with ``fault`` injected from a thread; the run must end at max_steps, exit 0."""
+    errors = in_background(fault)
+    result = train(cfg)
+    assert not errors, errors
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    return s
 
 
 def progress(run_dir: Path) -> dict[str, Any]:
@@ -77,11 +89,7 @@ def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(
         seen["steps_after"] = after.env_steps
         seen["restarts"] = after.ps_restarts
 
-    errors = in_background(kill)
-    result = train(cfg)
-    assert not errors, errors
-    s = result.summary
-    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    s = trains_to_max_steps_despite(cfg, kill)
     assert s["ps_restarts"] == 1 and seen["restarts"] == 1
     # Restored from a checkpoint: progress went back at most to that checkpoint, never further.
     assert seen["steps_after"] >= seen["ckpt_steps"] - 1
@@ -117,11 +125,7 @@ def test_killed_shard_comes_back_and_every_shard_rolls_back_to_its_checkpoint(
             for name in ("ParameterServer", "ParameterServer-1")
         ]
 
-    errors = in_background(kill)
-    result = train(cfg)
-    assert not errors, errors
-    s = result.summary
-    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    s = trains_to_max_steps_despite(cfg, kill)
     assert s["ps_restarts"] == 1 and s["worker_restarts"] == 0
     a, b = seen["restored"]
     assert a is not None and a == b, seen  # both shards from the one checkpoint

@@ -34,6 +34,20 @@ def read_tags(tb_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+def to_450(run_dir: Path, **sets: object) -> Config:
+    """The defaults with 2 Workers and seed 1, stopping at a mean of 450 or 500k env steps."""
+    cfg = Config()
+    cfg.run.run_dir = str(run_dir)
+    cfg.run.workers = 2
+    cfg.run.target_return = 450
+    cfg.run.max_steps = 500_000
+    cfg.run.seed = 1
+    cfg.run.progress = False
+    for key, value in sets.items():
+        cfg.set(key.replace("__", "."), value)
+    return cfg
+
+
 @pytest.mark.slow
 def test_two_workers_solve_cartpole_to_450_within_500k_steps(
     ray_session: None, tmp_path: Path
@@ -44,13 +58,7 @@ def test_two_workers_solve_cartpole_to_450_within_500k_steps(
     The defaults need a median of 107k and at most 142k over 10 seeds (docs/benchmarks.md); the
     margin covers the Workers' asynchrony, which makes a run vary even with a fixed seed."""
     run_dir = tmp_path / "cp"
-    cfg = Config()
-    cfg.run.run_dir = str(run_dir)
-    cfg.run.workers = 2
-    cfg.run.target_return = 450
-    cfg.run.max_steps = 500_000
-    cfg.run.seed = 1
-    cfg.run.progress = False
+    cfg = to_450(run_dir)
     result = train(cfg)
     s = result.summary
     assert result.exit_code == 0, s
@@ -122,15 +130,7 @@ def test_two_shards_on_a_bfloat16_wire_solve_cartpole(ray_session: None, tmp_pat
     500k env steps (they need about 100k), and the run's checkpoint is one whole model that
     ``eval`` plays and a one-shard ParameterServer could restore."""
     run_dir = tmp_path / "shards"
-    cfg = Config()
-    cfg.run.run_dir = str(run_dir)
-    cfg.run.workers = 2
-    cfg.run.target_return = 450
-    cfg.run.max_steps = 500_000
-    cfg.run.seed = 1
-    cfg.run.progress = False
-    cfg.ps.shards = 2
-    cfg.ps.wire_dtype = "bfloat16"
+    cfg = to_450(run_dir, ps__shards=2, ps__wire_dtype="bfloat16")
     result = train(cfg)
     s = result.summary
     assert result.exit_code == 0 and s["stopped_because"] == "target", s
