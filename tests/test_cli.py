@@ -150,3 +150,15 @@ def test_dashboard_open_to_the_network_is_warned_about(monkeypatch: pytest.Monke
     assert calls[-1]["dashboard_host"] == "0.0.0.0"
     driver.connect(Config(), None)  # the default: loopback, no warning
     assert calls[-1]["dashboard_host"] == "127.0.0.1"
+
+
+def test_status_names_the_shards_of_a_sharded_parameter_server() -> None:
+    from a3c_ray.commands.status import render
+
+    rec = {
+        "run": "cp-1", "env_steps": 1000, "sps": 10.0, "updates_per_second": 1.0, "version": 5,
+        "staleness_mean": 1.0, "staleness_max": 2, "mean_return_100": 20.0,
+        "last_eval_return": None, "stop_reason": None, "workers": [],
+    }  # fmt: skip
+    assert "shards" not in render([{**rec, "ps_shards": 1}])
+    assert "| 3 ParameterServer shards" in render([{**rec, "ps_shards": 3}])

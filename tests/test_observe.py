@@ -119,6 +119,7 @@ def test_status_lists_the_live_run_with_progress_and_workers(
     rec = record()
     assert rec["env_steps"] > 3_000 and rec["sps"] > 0 and rec["version"] > 0
     assert rec["updates_per_second"] > 0 and rec["staleness_max"] >= 0
+    assert rec["ps_shards"] == 1
     slots = [w["worker"] for w in rec["workers"]]
     assert "Worker-0" in slots and all(s.startswith("Worker-") for s in slots), slots
     assert all(w["node_id"] for w in rec["workers"] if w["state"] == "ALIVE")

@@ -37,6 +37,7 @@ def render(records: list[dict[str, Any]]) -> str:
             f"{r['updates_per_second']:,.1f} updates/s | version {r['version']:,} | "
             f"staleness {r['staleness_mean']:.2f} (max {r['staleness_max']}) | "
             f"return(100) {r['mean_return_100']:.1f} | eval {'-' if ev is None else f'{ev:.1f}'}"
+            + (f" | {r['ps_shards']} ParameterServer shards" if r.get("ps_shards", 1) > 1 else "")
             + (f" | stopping: {r['stop_reason']}" if r["stop_reason"] else "")
         )
         for w in r["workers"]:

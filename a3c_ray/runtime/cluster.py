@@ -250,6 +250,7 @@ def collect(prefix: str | None = None, interval: float = 1.0) -> list[dict[str, 
                 "last_eval_return": (monitor or {}).get("last_eval_return"),
                 "stop_reason": second.stop_reason,
                 "ps_restarts": second.ps_restarts,
+                "ps_shards": sum(role.startswith("ParameterServer") for role in runs[run]),
                 "workers": worker_states(run),
             }
         )
