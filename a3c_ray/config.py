@@ -57,6 +57,10 @@ class ModelConfig:
     """Put an LSTM cell between the body and the heads (the paper's A3C LSTM), for any body. Its state is carried across rollouts per env and zeroed at each episode start."""
     lstm_size: int = 256
     """Hidden size of the LSTM cell."""
+    policy: str = "auto"
+    """The policy's distribution: ``categorical`` over Discrete actions; ``gaussian``, a diagonal
+    Gaussian over Box actions (mean from the network, a learned state-independent log std, samples
+    clipped to the action bounds in the env); ``auto``: the one the env's action space takes."""
     critic: str = "shared"
     """The value's body: ``shared`` with the policy (one body, two heads, the A3C paper's) or ``separate`` (an MLP of the same shape of its own; feed-forward MLPs only). Separate, the value's regression never moves the policy's features, but the policy then learns on its own gradient alone, which at the defaults' step size makes it deterministic too soon (docs/benchmarks.md)."""
 

@@ -43,7 +43,14 @@ def existing_run(tmp_path: Path) -> Path:
         (["train", "--set", "run.max_steps=lots"], "run.max_steps: expected an integer"),
         (["train", "--set", "oops"], "expected FIELD=VALUE"),
         (["train", "--workers", "two"], "invalid int value"),
-        (["train", "--env", "Pendulum-v1"], "only Discrete is supported"),
+        (
+            ["train", "--env", "tests.odd_spaces:GridActions"],
+            "MultiDiscrete action space; only Discrete and 1-D Box are supported",
+        ),
+        (
+            ["train", "--env", "Pendulum-v1", "--set", "model.policy=categorical"],
+            "model.policy: categorical does not fit the gaussian actions of 'Pendulum-v1'",
+        ),
         (["eval", "/no/such/checkpoint"], "no checkpoint at /no/such/checkpoint"),
         (["eval", "x.pt", "--episodes", "0"], "--episodes must be >= 1"),
         (["frobnicate"], "invalid choice"),

@@ -77,7 +77,18 @@ def test_wrappers_of_your_own_apply_in_order_inside_a3c_rays_statistics(in_examp
         (["--env", "collections:OrderedDict"], "made a OrderedDict, not a gymnasium.Env"),
         (["--env", "corridor:Corridor", "--set", "env.kwargs.size=1"], "size must be >= 2"),
         (["--env", "corridor:Corridor", "--set", "env.kwargs.colour=3"], "unexpected keyword"),
-        (["--env", "Pendulum-v1"], "Box action space; only Discrete is supported"),
+        (
+            ["--env", "tests.odd_spaces:MatrixActions"],
+            "Box action space of shape (2, 2); only 1-D Box actions are supported",
+        ),
+        (
+            ["--env", "tests.odd_spaces:UnboundedActions"],
+            "Box action space with infinite bounds; only finite bounds are supported",
+        ),
+        (
+            ["--env", "CartPole-v1", "--set", "model.policy=gaussian"],
+            "model.policy: gaussian does not fit the categorical actions of 'CartPole-v1'",
+        ),
         (
             ["--env", "corridor:Corridor", "--set", 'env.wrappers=["corridor:nope"]'],
             "env.wrappers: wrapper 'corridor:nope' is not a wrapper class or function",

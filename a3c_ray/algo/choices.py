@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from a3c_ray.algo.models import ACTIVATIONS, CRITICS, MODEL_KINDS
+from a3c_ray.algo.models import ACTIVATIONS, CRITICS, MODEL_KINDS, POLICIES
 from a3c_ray.algo.optim import OPTIMIZERS
 from a3c_ray.algo.wire import WIRE_DTYPES
 from a3c_ray.config import Config
@@ -15,6 +15,7 @@ def problems(cfg: Config) -> list[str]:
         ("model.kind", cfg.model.kind, MODEL_KINDS),
         ("model.activation", cfg.model.activation, tuple(ACTIVATIONS)),
         ("model.critic", cfg.model.critic, CRITICS),
+        ("model.policy", cfg.model.policy, POLICIES),
         ("algo.optimizer", cfg.algo.optimizer, tuple(OPTIMIZERS)),
         ("ps.wire_dtype", cfg.ps.wire_dtype, WIRE_DTYPES),
     ):

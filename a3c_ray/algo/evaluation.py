@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from a3c_ray.algo.models import ActorCritic, sample_actions
+from a3c_ray.envs.make import clip_actions
 
 
 class Episode(NamedTuple):
@@ -32,7 +33,8 @@ def run_episodes(
         while not done:
             # The recurrent state is carried through the episode, from zeros at its start.
             logits, _, state = model(torch.as_tensor(obs).unsqueeze(0), state)
-            action = int(sample_actions(logits, generator, greedy)[0])
+            sample = sample_actions(logits, generator, greedy, model.continuous)[0].numpy()
+            action = clip_actions(env, sample) if model.continuous else int(sample)
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             length += 1

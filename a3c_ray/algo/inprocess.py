@@ -60,14 +60,15 @@ def train(cfg: Config, workers: int, trace_every: int = 0) -> InProcessRun:
 
     from a3c_ray.algo.parameter_server import ParameterServer, initial_params
     from a3c_ray.algo.worker import Worker
-    from a3c_ray.envs.make import env_spaces
+    from a3c_ray.envs.make import action_size, env_spaces, resolve_policy
 
     torch.set_num_threads(1)
     c = Config.from_dict(cfg.to_dict())
     c.run.target_return = None
     c.ps = PSConfig()  # one server in this process, nothing on a wire
+    resolve_policy(c)
     obs_space, act_space = env_spaces(c.env)
-    shape, n = tuple(int(x) for x in obs_space.shape), int(act_space.n)
+    shape, n = tuple(int(x) for x in obs_space.shape), action_size(act_space)
     ps = ParameterServer(c, initial_params(c, shape, n))
     team = [Worker(c, i, shape, n) for i in range(workers)]
     weights, version, lineage = ps.get_weights()

@@ -8,10 +8,14 @@ rather than sums keep the step size independent of the rollout's size.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+
+HALF_LOG_2PI_E = 0.5 * math.log(2 * math.pi * math.e)
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 class LossOutput(NamedTuple):
@@ -30,12 +34,33 @@ def actor_critic_loss(
     advantages: torch.Tensor,
     value_coef: float,
     entropy_coef: float,
+    continuous: bool = False,
 ) -> LossOutput:
-    """Loss over a flat batch: logits [N, A], values [N], actions [N] (int), returns and advantages [N]."""
-    log_probs = F.log_softmax(logits, dim=-1)
-    taken = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    """Loss over a flat batch: logits [N, A], values [N], actions [N] (int), returns and advantages
+    [N]; with ``continuous``, a Gaussian's [mean, log_std] [N, 2D] and actions [N, D] (float)."""
+    if continuous:
+        taken, entropies = gaussian_log_prob_entropy(logits, actions)
+        entropy = entropies.mean()
+    else:
+        log_probs = F.log_softmax(logits, dim=-1)
+        taken = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
     policy_loss = -(taken * advantages.detach()).mean()
     value_loss = 0.5 * (returns.detach() - values).pow(2).mean()
-    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
     loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
     return LossOutput(loss, policy_loss.detach(), value_loss.detach(), entropy.detach())
+
+
+def gaussian_log_prob_entropy(
+    mean_log_std: torch.Tensor, actions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(a|s) and the entropy of a diagonal Gaussian, each summed over the action's dimensions.
+
+    log N(a; mu, sigma) = -((a - mu) / sigma)^2 / 2 - log sigma - log(2 pi) / 2 per dimension;
+    its entropy is log sigma + log(2 pi e) / 2 per dimension.
+    """
+    mean, log_std = mean_log_std.chunk(2, dim=-1)
+    z = (actions - mean) * torch.exp(-log_std)
+    log_prob = (-0.5 * z.pow(2) - log_std - HALF_LOG_2PI).sum(-1)
+    entropy = (log_std + HALF_LOG_2PI_E).sum(-1)
+    return log_prob, entropy

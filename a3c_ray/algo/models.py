@@ -51,7 +51,12 @@ def lstm_cell(in_dim: int, size: int) -> nn.LSTMCell:
 
 
 class ActorCritic(nn.Module):
-    """A body shared by a policy head (logits over discrete actions) and a value head.
+    """A body shared by a policy head and a value head.
+
+    The policy head gives logits over discrete actions, or with ``continuous`` the mean of a
+    diagonal Gaussian over ``n_actions`` dimensions, whose log standard deviation is a learned
+    parameter of its own (state-independent, as in the A3C paper's continuous-control agents'
+    simplest form); the policy output is then [mean, log_std], 2 x ``n_actions`` wide.
 
     With ``lstm_size`` set, an LSTM cell sits between body and heads; its state is reset to zeros
     wherever ``reset`` is true, before the step that starts a new episode.
@@ -64,6 +69,7 @@ class ActorCritic(nn.Module):
         n_actions: int,
         lstm_size: int | None = None,
         value_body: nn.Module | None = None,
+        continuous: bool = False,
     ):
         super().__init__()
         if value_body is not None and lstm_size:
@@ -71,7 +77,9 @@ class ActorCritic(nn.Module):
         self.body = body
         self.lstm = lstm_cell(body_out, lstm_size) if lstm_size else None
         head_in = lstm_size if lstm_size else body_out
+        self.continuous = continuous
         self.policy = layer_init(nn.Linear(head_in, n_actions), std=0.01)
+        self.log_std = nn.Parameter(torch.zeros(n_actions)) if continuous else None
         # With its own body, the value's regression never moves the policy's features.
         self.value_body = value_body
         self.value = layer_init(nn.Linear(head_in, 1), std=1.0)
@@ -93,7 +101,7 @@ class ActorCritic(nn.Module):
         obs = obs if obs.is_floating_point() else obs.float()
         x = self.body(obs)
         if self.value_body is not None:
-            return self.policy(x), self.value(self.value_body(obs)).squeeze(-1), state
+            return self._policy(x), self.value(self.value_body(obs)).squeeze(-1), state
         if self.lstm is not None:
             h, c = state
             if reset is not None:
@@ -101,7 +109,13 @@ class ActorCritic(nn.Module):
                 h, c = h * keep, c * keep
             h, c = self.lstm(x, (h, c))
             x, state = h, (h, c)
-        return self.policy(x), self.value(x).squeeze(-1), state
+        return self._policy(x), self.value(x).squeeze(-1), state
+
+    def _policy(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.policy(x)
+        if self.log_std is None:
+            return out
+        return torch.cat([out, self.log_std.expand_as(out)], dim=-1)
 
     def forward_sequence(
         self, obs: torch.Tensor, state: State, resets: torch.Tensor
@@ -124,14 +138,26 @@ class ActorCritic(nn.Module):
 
 
 def sample_actions(
-    logits: torch.Tensor, generator: torch.Generator | None, greedy: bool = False
+    logits: torch.Tensor,
+    generator: torch.Generator | None,
+    greedy: bool = False,
+    continuous: bool = False,
 ) -> torch.Tensor:
     """One action per row of ``logits``: the most likely with ``greedy``, else drawn from their
     softmax by the Gumbel-max trick. Training and evaluation both act through it.
 
     argmax(logits + G) with G standard Gumbel is a sample of softmax(logits); -log(E) with
     E ~ Exp(1) is such a G. A third of the cost of softmax + multinomial on a small batch.
+
+    With ``continuous``, ``logits`` is a Gaussian policy's [mean, log_std]: the mean with
+    ``greedy``, else mean + std x N(0, 1) (unclipped: the env's bounds are applied where it steps).
     """
+    if continuous:
+        mean, log_std = logits.chunk(2, dim=-1)
+        if greedy:
+            return mean
+        noise = torch.empty_like(mean).normal_(generator=generator)
+        return mean + log_std.exp() * noise
     if greedy:
         return logits.argmax(-1)
     noise = torch.empty_like(logits).exponential_(generator=generator)
@@ -193,9 +219,15 @@ def resolve_kind(kind: str, obs_shape: Sequence[int]) -> str:
     return "cnn" if len(obs_shape) == 3 else "mlp"
 
 
+POLICIES = ("auto", "categorical", "gaussian")
+"""``model.policy``: ``auto`` is resolved from the env's action space before a run starts."""
+
+
 def build_model(cfg: ModelConfig, obs_shape: Sequence[int], n_actions: int) -> ActorCritic:
-    """The network a config asks for, for observations of ``obs_shape`` and ``n_actions`` actions."""
+    """The network a config asks for, for observations of ``obs_shape`` and ``n_actions`` actions
+    (the dimensions of a Box action space with ``model.policy: gaussian``)."""
     kind = resolve_kind(cfg.kind, obs_shape)
+    continuous = cfg.policy == "gaussian"
     lstm_size = cfg.lstm_size if cfg.lstm else None
     if kind == "mlp":
         body = mlp(int(np.prod(obs_shape)), cfg.hidden_sizes, cfg.activation)
@@ -204,14 +236,14 @@ def build_model(cfg: ModelConfig, obs_shape: Sequence[int], n_actions: int) -> A
             if cfg.critic == "separate"
             else None
         )
-        return ActorCritic(body, cfg.hidden_sizes[-1], n_actions, lstm_size, value_body)
+        return ActorCritic(body, cfg.hidden_sizes[-1], n_actions, lstm_size, value_body, continuous)
     if kind in CNN_LAYERS:
         if len(obs_shape) != 3:
             raise ValueError(
                 f"model kind '{kind}' needs image observations [C, H, W], got shape {tuple(obs_shape)}"
             )
         body, width = cnn(kind, obs_shape)
-        return ActorCritic(body, width, n_actions, lstm_size)
+        return ActorCritic(body, width, n_actions, lstm_size, continuous=continuous)
     raise ValueError(f"unknown model kind '{cfg.kind}'")
 
 

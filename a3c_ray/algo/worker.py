@@ -22,7 +22,7 @@ from a3c_ray.algo.returns import gae
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
 from a3c_ray.envs.faults import count_failures
-from a3c_ray.envs.make import make_vector_env
+from a3c_ray.envs.make import clip_actions, make_vector_env
 
 
 class Rollout(NamedTuple):
@@ -91,7 +91,12 @@ class Worker:
     def rollout(self) -> Rollout:
         t_max, k = self.cfg.algo.t_max, self.cfg.env.num_envs
         obs_buf = np.empty((t_max, k, *self.obs.shape[1:]), dtype=self.obs.dtype)
-        actions = np.empty((t_max, k), dtype=np.int64)
+        continuous = self.model.continuous
+        actions = (
+            np.empty((t_max, k, self.model.policy.out_features), dtype=np.float32)
+            if continuous
+            else np.empty((t_max, k), dtype=np.int64)
+        )
         rewards = np.empty((t_max, k), dtype=np.float32)
         terminated = np.empty((t_max, k), dtype=bool)
         truncated = np.empty((t_max, k), dtype=bool)
@@ -105,9 +110,9 @@ class Worker:
             obs_buf[t] = self.obs
             resets[t] = self.reset_next
             logits, value, self.state = self._act(self.obs, self.state, self.reset_next)
-            action = sample_actions(logits, self.generator).numpy()
+            action = sample_actions(logits, self.generator, continuous=continuous).numpy()
             t0 = time.perf_counter()
-            self.obs, reward, term, trunc, info = self.envs.step(action)
+            self.obs, reward, term, trunc, info = self.envs.step(clip_actions(self.envs, action))
             self.timings["env"] += time.perf_counter() - t0
             actions[t], rewards[t], terminated[t], truncated[t], values[t] = (
                 action,
@@ -177,11 +182,12 @@ class Worker:
         out = actor_critic_loss(
             logits.reshape(-1, logits.shape[-1]),
             values.reshape(-1),
-            torch.from_numpy(ro.actions.reshape(-1)),
+            torch.from_numpy(ro.actions.reshape(ro.rewards.size, *ro.actions.shape[2:])),
             torch.from_numpy(targets.returns.reshape(-1)),
             torch.from_numpy(adv),
             a.value_coef,
             a.entropy_coef,
+            self.model.continuous,
         )
         self.model.zero_grad(set_to_none=False)
         out.loss.backward()
@@ -200,7 +206,7 @@ class Worker:
         return GradientPush(
             grad=grad,
             version=self.version,
-            env_steps=ro.actions.size,
+            env_steps=ro.rewards.size,
             worker=self.index,
             episode_returns=ro.episode_returns,
             episode_lengths=ro.episode_lengths,

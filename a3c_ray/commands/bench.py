@@ -29,7 +29,7 @@ from a3c_ray.commands import bench_ps
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.commands.bench_report import format_report
 from a3c_ray.config import Config
-from a3c_ray.envs.make import env_problems
+from a3c_ray.envs.make import env_problems, resolve_policy
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
 from a3c_ray.runtime import bench_measure as bm
@@ -164,6 +164,7 @@ def bench_config(args: argparse.Namespace) -> Config:
     problems += cfg.validate(choices.problems, env_problems)
     if problems:
         raise ConfigError(problems)
+    resolve_policy(cfg)
     return cfg
 
 

@@ -60,8 +60,9 @@ def check_env(cfg: EnvConfig) -> str | None:
     except Exception as e:  # an env that cannot even be built is bad input, whatever it raises
         return f"cannot create environment '{env_id}': {type(e).__name__}: {e}".splitlines()[0]
     try:
-        if not isinstance(env.action_space, gym.spaces.Discrete):
-            return f"environment '{env_id}' has a {type(env.action_space).__name__} action space; only Discrete is supported"
+        problem = action_space_problem(env.action_space)
+        if problem:
+            return f"environment '{env_id}' {problem}"
         if not isinstance(env.observation_space, gym.spaces.Box):
             return f"environment '{env_id}' has a {type(env.observation_space).__name__} observation space; only Box is supported"
     finally:
@@ -136,11 +137,63 @@ def _wrap(env: gym.Env[Any, Any], wrappers: list[str]) -> gym.Env[Any, Any]:
 
 
 def env_problems(cfg: Config) -> list[str]:
-    """The problem with ``env.id``, if any (a check for ``Config.validate``)."""
+    """The problem with ``env.id``, if any, and with a ``model.policy`` its action space cannot
+    take (a check for ``Config.validate``)."""
     problem = check_env(cfg.env)
     if not problem:
-        return []
+        if cfg.model.policy not in ("categorical", "gaussian"):
+            return []
+        wanted = policy_for(env_spaces(cfg.env)[1])
+        if wanted == cfg.model.policy:
+            return []
+        return [
+            f"model.policy: {cfg.model.policy} does not fit the {wanted} actions of "
+            f"'{cfg.env.id}'; use {wanted} or auto"
+        ]
     return [problem if problem.startswith("env.") else f"env.id: {problem}"]
+
+
+def action_space_problem(space: gym.Space[Any]) -> str | None:
+    """Why a3c-ray cannot act in ``space``, or None: Discrete, or a 1-D Box with finite bounds."""
+    if isinstance(space, gym.spaces.Discrete):
+        return None
+    if isinstance(space, gym.spaces.Box):
+        if len(space.shape) != 1:
+            return (
+                f"has a Box action space of shape {space.shape}; only 1-D Box actions are supported"
+            )
+        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            return "has a Box action space with infinite bounds; only finite bounds are supported"
+        return None
+    return f"has a {type(space).__name__} action space; only Discrete and 1-D Box are supported"
+
+
+def policy_for(space: gym.Space[Any]) -> str:
+    """The ``model.policy`` an action space takes: categorical for Discrete, gaussian for Box."""
+    return "gaussian" if isinstance(space, gym.spaces.Box) else "categorical"
+
+
+def action_size(space: gym.Space[Any]) -> int:
+    """Discrete: the number of actions; Box: the number of dimensions."""
+    if isinstance(space, gym.spaces.Box):
+        return int(space.shape[0])
+    return int(space.n)  # type: ignore[attr-defined]
+
+
+def clip_actions(env: Any, actions: np.ndarray) -> np.ndarray:
+    """Actions as the env takes them: a Gaussian policy's samples clipped to a Box's bounds (the
+    policy learns from the unclipped sample); Discrete actions as they are."""
+    space = getattr(env, "single_action_space", None) or env.action_space
+    if isinstance(space, gym.spaces.Box):
+        return np.clip(actions, space.low, space.high).astype(space.dtype, copy=False)
+    return actions
+
+
+def resolve_policy(cfg: Config) -> None:
+    """Set ``model.policy: auto`` to the distribution the env's action space takes, so that every
+    actor, the saved config and the checkpoints say which it is."""
+    if cfg.model.policy == "auto":
+        cfg.model.policy = policy_for(env_spaces(cfg.env)[1])
 
 
 _registered = False
@@ -280,7 +333,7 @@ def make_eval_env(cfg: EnvConfig, render_mode: str | None = None) -> gym.Env[Any
     return make_env(cfg, training=False, render_mode=render_mode)
 
 
-def env_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Box, gym.spaces.Discrete]:
+def env_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Box, gym.Space[Any]]:
     env = make_env(cfg, training=False)
     try:
         return env.observation_space, env.action_space  # type: ignore[return-value]

@@ -122,18 +122,18 @@ def costs(cfg: Config, seconds: float = 10.0) -> Costs:
     from a3c_ray.algo.models import build_model, get_flat_params
     from a3c_ray.algo.parameter_server import ParameterServer
     from a3c_ray.algo.worker import Worker
-    from a3c_ray.envs.make import env_spaces
+    from a3c_ray.envs.make import action_size, env_spaces
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         obs, act = env_spaces(cfg.env)
-        model = build_model(cfg.model, tuple(obs.shape), int(act.n))
+        model = build_model(cfg.model, tuple(obs.shape), action_size(act))
         ps = ParameterServer(
             dataclasses.replace(cfg, ps=PSConfig()),  # one server in this process, no wire
             get_flat_params(model),
         )
-        w = Worker(cfg, 0, tuple(obs.shape), int(act.n))
+        w = Worker(cfg, 0, tuple(obs.shape), action_size(act))
         w.set_weights(ps.weights(), ps.version)
         worker_cpu = ps_cpu = 0.0
         steps = pushes = 0

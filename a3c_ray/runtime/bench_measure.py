@@ -29,7 +29,14 @@ from a3c_ray.algo.models import build_model, num_params, sample_actions
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.algo.shards import ShardRouter
 from a3c_ray.config import Config, PSConfig
-from a3c_ray.envs.make import FRAME_SKIP, env_spaces, is_atari, make_vector_env
+from a3c_ray.envs.make import (
+    FRAME_SKIP,
+    action_size,
+    clip_actions,
+    env_spaces,
+    is_atari,
+    make_vector_env,
+)
 from a3c_ray.rundir import layout
 from a3c_ray.runtime import actors, driver, placement
 
@@ -45,7 +52,7 @@ def frames_per_step(cfg: Config) -> int:
 
 def model_size(cfg: Config) -> int:
     obs_space, act_space = env_spaces(cfg.env)
-    return num_params(build_model(cfg.model, obs_space.shape, int(act_space.n)))
+    return num_params(build_model(cfg.model, obs_space.shape, action_size(act_space)))
 
 
 def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
@@ -59,7 +66,7 @@ def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
     envs = make_vector_env(cfg.env)
     try:
         obs_space, act_space = env_spaces(cfg.env)
-        model = build_model(cfg.model, obs_space.shape, int(act_space.n))
+        model = build_model(cfg.model, obs_space.shape, action_size(act_space))
         generator = torch.Generator().manual_seed(cfg.run.seed)
         k = cfg.env.num_envs
         obs, _ = envs.reset(seed=cfg.run.seed)
@@ -73,7 +80,8 @@ def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
                     a = time.perf_counter()
                     logits, _, state = model(torch.as_tensor(obs), state)
                     b = time.perf_counter()
-                    action = sample_actions(logits, generator).numpy()
+                    sample = sample_actions(logits, generator, continuous=model.continuous)
+                    action = clip_actions(envs, sample.numpy())
                     c = time.perf_counter()
                     obs, *_ = envs.step(action)
                     d = time.perf_counter()
@@ -167,7 +175,7 @@ def ps_in_process(cfg: Config, seconds: float) -> dict[str, float]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        ps = ParameterServer(c, initial_params(c, obs_space.shape, int(act_space.n)))
+        ps = ParameterServer(c, initial_params(c, obs_space.shape, action_size(act_space)))
         pushes = _pushes(c, ps.flat.numel())
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
@@ -234,7 +242,7 @@ def ps_load(
 
     c = _bench_config(cfg)
     obs_space, act_space = env_spaces(c.env)
-    meta = CheckpointMeta.of(c, obs_space.shape, int(act_space.n))
+    meta = CheckpointMeta.of(c, obs_space.shape, action_size(act_space))
     size = model_size(c)
     out = []
     with tempfile.TemporaryDirectory(prefix="a3c-bench-ps-") as tmp:

@@ -32,7 +32,7 @@ from a3c_ray.algo import choices
 from a3c_ray.algo import parameter_server as ps_mod
 from a3c_ray.algo.messages import CheckpointMeta, Progress, WorkerResult
 from a3c_ray.config import Config
-from a3c_ray.envs.make import env_problems, env_spaces
+from a3c_ray.envs.make import action_size, env_problems, env_spaces, resolve_policy
 from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import atomic_write
@@ -89,7 +89,7 @@ class Run:
         self.run_id = f"{run_dir.rstrip('/').rsplit('/', 1)[-1]}-{uuid.uuid4().hex[:6]}"
         obs_space, act_space = env_spaces(cfg.env)
         self.obs_shape = tuple(int(x) for x in obs_space.shape)
-        self.n_actions = int(act_space.n)
+        self.n_actions = action_size(act_space)
         meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions)
         restartable = {"max_restarts": -1, "max_task_retries": -1, "namespace": NAMESPACE}
         self.shards = [
@@ -365,6 +365,7 @@ def train(
 ) -> RunResult:
     """Run one training to its end. Bad input raises ConfigError before anything is written."""
     cfg.check(choices.problems, env_problems)
+    resolve_policy(cfg)
     storage = check_run_dir(cfg, overwrite, resume)
     run_dir = storage.location
     started = connect(cfg, address, dashboard_host, dashboard_port)

@@ -1,0 +1,105 @@
+"""Continuous actions: the diagonal Gaussian policy's log-prob, entropy and gradient against
+torch.distributions, its sampling, the model and the Worker on a Box action space."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from a3c_ray.algo.losses import actor_critic_loss, gaussian_log_prob_entropy
+from a3c_ray.algo.models import build_model, sample_actions
+from a3c_ray.algo.worker import Worker
+from a3c_ray.config import Config, EnvConfig, ModelConfig
+from a3c_ray.envs.make import action_size, clip_actions, env_spaces, make_env, resolve_policy
+
+
+def normal(mean_log_std: torch.Tensor) -> torch.distributions.Normal:
+    mean, log_std = mean_log_std.chunk(2, dim=-1)
+    return torch.distributions.Normal(mean, log_std.exp())
+
+
+def test_log_prob_and_entropy_match_torch_distributions_and_so_does_the_gradient() -> None:
+    g = torch.Generator().manual_seed(0)
+    out = torch.randn(64, 6, generator=g)  # 3 action dimensions: mean, then log std
+    out[:, 3:] *= 0.5
+    actions = torch.randn(64, 3, generator=g) * 2
+    ours = out.clone().requires_grad_()
+    theirs = out.clone().requires_grad_()
+    log_prob, entropy = gaussian_log_prob_entropy(ours, actions)
+    d = normal(theirs)
+    ref_log_prob, ref_entropy = d.log_prob(actions).sum(-1), d.entropy().sum(-1)
+    assert torch.allclose(log_prob, ref_log_prob, atol=1e-5)
+    assert torch.allclose(entropy, ref_entropy, atol=1e-6)
+    (log_prob.sum() + 0.3 * entropy.sum()).backward()
+    (ref_log_prob.sum() + 0.3 * ref_entropy.sum()).backward()
+    assert ours.grad is not None and theirs.grad is not None
+    assert torch.allclose(ours.grad, theirs.grad, atol=1e-5)
+
+
+def test_the_loss_takes_the_gaussian_terms() -> None:
+    out = torch.tensor([[0.5, -1.0], [0.0, 0.2]], requires_grad=True)  # one dimension
+    actions = torch.tensor([[0.7], [-0.3]])
+    adv, returns, values = torch.tensor([1.0, -2.0]), torch.zeros(2), torch.zeros(2)
+    loss = actor_critic_loss(out, values, actions, returns, adv, 0.5, 0.01, continuous=True)
+    d = normal(out.detach())
+    expected_policy = -(d.log_prob(actions).sum(-1) * adv).mean()
+    assert float(loss.policy_loss) == pytest.approx(float(expected_policy), abs=1e-6)
+    assert float(loss.entropy) == pytest.approx(float(d.entropy().sum(-1).mean()), abs=1e-6)
+
+
+def test_samples_have_the_policys_mean_and_spread_and_greedy_is_the_mean() -> None:
+    mean = torch.tensor([[1.5, -0.5]]).expand(20_000, 2)
+    log_std = torch.log(torch.tensor([[0.2, 2.0]])).expand(20_000, 2)
+    out = torch.cat([mean, log_std], dim=-1)
+    a = sample_actions(out, torch.Generator().manual_seed(1), continuous=True)
+    assert a.shape == (20_000, 2)
+    assert torch.allclose(a.mean(0), torch.tensor([1.5, -0.5]), atol=0.05)
+    assert torch.allclose(a.std(0), torch.tensor([0.2, 2.0]), rtol=0.03)
+    again = sample_actions(out, torch.Generator().manual_seed(1), continuous=True)
+    assert torch.equal(a, again)  # seeded
+    assert torch.equal(sample_actions(out, None, greedy=True, continuous=True), mean)
+
+
+def test_auto_takes_the_policy_of_the_action_space() -> None:
+    for env_id, policy, size in (("CartPole-v1", "categorical", 2), ("Pendulum-v1", "gaussian", 1)):
+        cfg = Config()
+        cfg.env.id = env_id
+        resolve_policy(cfg)
+        assert cfg.model.policy == policy
+        assert action_size(env_spaces(cfg.env)[1]) == size
+
+
+def test_a_gaussian_model_has_a_mean_head_and_a_learned_log_std() -> None:
+    model = build_model(ModelConfig(policy="gaussian"), (3,), 2)
+    assert model.continuous and model.log_std is not None and model.log_std.shape == (2,)
+    out, value, _ = model(torch.zeros(5, 3))
+    assert out.shape == (5, 4) and value.shape == (5,)
+    assert torch.equal(out[:, 2:], torch.zeros(5, 2))  # log std 0 at the start: std 1
+    categorical = build_model(ModelConfig(), (3,), 2)
+    assert not categorical.continuous and categorical(torch.zeros(5, 3))[0].shape == (5, 2)
+
+
+def test_actions_are_clipped_to_the_bounds_only_where_the_env_steps() -> None:
+    env = make_env(EnvConfig(id="Pendulum-v1"))
+    a = np.array([3.5, -0.25, -9.0], dtype=np.float32)
+    assert np.array_equal(clip_actions(env, a), np.array([2.0, -0.25, -2.0], dtype=np.float32))
+    assert clip_actions(make_env(Config().env), np.array([1, 0])).tolist() == [1, 0]
+
+
+def test_a_worker_on_pendulum_pushes_a_finite_gradient_of_float_actions() -> None:
+    cfg = Config()
+    cfg.env.id = "Pendulum-v1"
+    cfg.env.num_envs = 4
+    resolve_policy(cfg)
+    w = Worker(cfg, 0, (3,), 1)
+    ro = w.rollout()
+    assert ro.actions.shape == (cfg.algo.t_max, 4, 1) and ro.actions.dtype == np.float32
+    # Unclipped samples are what the policy learns from: std 1 around a mean near 0.
+    assert np.abs(ro.actions).max() < 10
+    p = w.train_step()
+    assert p.env_steps == cfg.algo.t_max * 4
+    assert np.isfinite(p.grad).all() and np.abs(p.grad).sum() > 0
+    assert {"policy_loss", "value_loss", "entropy"} <= set(p.stats)
+    # The entropy of a unit Gaussian in one dimension, at the start.
+    assert p.stats["entropy"] == pytest.approx(0.5 * np.log(2 * np.pi * np.e), abs=1e-4)
