@@ -146,6 +146,23 @@ def test_two_shards_on_a_bfloat16_wire_solve_cartpole(ray_session: None, tmp_pat
     assert res["mean_return"] >= 400, res
 
 
+def test_a_box_action_space_trains_on_ray_and_eval_plays_its_checkpoint(
+    ray_session: None, tmp_path: Path
+) -> None:
+    """Pendulum's Box actions take the Gaussian policy through the whole run: Workers, the
+    ParameterServer, the Monitor's evaluation, the checkpoint and ``eval``."""
+    run_dir = tmp_path / "pendulum"
+    cfg = small_config(run_dir, env__id="Pendulum-v1", run__max_steps=4_000)
+    result = train(cfg)
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    assert Config.load(run_dir / "config.yaml").model.policy == "gaussian"
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "latest")
+    assert ckpt["model"]["policy"] == "gaussian" and ckpt["n_actions"] == 1
+    res = evaluate_checkpoint(run_dir / "checkpoints" / "latest", episodes=2, seed=3)
+    assert res["mean_length"] == 200 and -2000 < res["mean_return"] <= 0, res
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_defaults_learn_cartpole_and_keep_it_for_400k_steps(
