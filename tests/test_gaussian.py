@@ -103,3 +103,14 @@ def test_a_worker_on_pendulum_pushes_a_finite_gradient_of_float_actions() -> Non
     assert {"policy_loss", "value_loss", "entropy"} <= set(p.stats)
     # The entropy of a unit Gaussian in one dimension, at the start.
     assert p.stats["entropy"] == pytest.approx(0.5 * np.log(2 * np.pi * np.e), abs=1e-4)
+
+
+def test_an_lstm_body_carries_the_gaussian_policy_through_a_rollout() -> None:
+    model = build_model(ModelConfig(policy="gaussian", lstm=True, lstm_size=16), (3,), 2)
+    state = model.initial_state(4)
+    out, values = model.forward_sequence(torch.zeros(5, 4, 3), state, torch.zeros(5, 4, dtype=bool))
+    assert out.shape == (5, 4, 4) and values.shape == (5, 4)
+    log_prob, _ = gaussian_log_prob_entropy(out.reshape(20, 4), torch.zeros(20, 2))
+    log_prob.sum().backward()
+    assert model.log_std is not None and model.log_std.grad is not None
+    assert model.lstm is not None and model.lstm.weight_hh.grad is not None

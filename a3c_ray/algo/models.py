@@ -98,7 +98,7 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, state: State = (), reset: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for a batch: obs [B, ...] -> logits [B, A], value [B], new state."""
-        obs = obs if obs.is_floating_point() else obs.float()
+        obs = obs if obs.dtype == torch.float32 else obs.float()
         x = self.body(obs)
         if self.value_body is not None:
             return self._policy(x), self.value(self.value_body(obs)).squeeze(-1), state
