@@ -4,6 +4,7 @@ rounding, and checkpoints are whole-model states whatever S."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -208,3 +209,28 @@ def test_a_checkpoint_of_another_model_is_refused_by_every_shard() -> None:
     state = one.state_dict()
     with pytest.raises(Exception, match=f"holds {N + 5} parameters"):
         ParameterServer(cfg, np.zeros(N // 2, dtype=np.float32), META, state, shard=1)
+
+
+def test_a_gradient_goes_out_with_the_versions_of_the_weights_it_was_computed_from() -> None:
+    """With the push overlapped, a Worker takes a newer reply before it sends the gradient it
+    computed on the older weights: each shard must see that gradient's own version (stale by
+    one), not the reply's."""
+    cfg = config()
+    many = Sharded(cfg, np.zeros(N, dtype=np.float32), 2)
+    first = many.router.merge(
+        [s.push(q) for s, q in zip(many.servers, many.router.split(pushes(1)[0]), strict=True)]
+    )
+    assert first.version == 1
+    # The Worker computes its next gradient on version 1's weights ...
+    computed_on = dataclasses.replace(
+        pushes(1, seed=1)[0], version=first.version, lineage=first.lineage
+    )
+    # ... while a reply of version 2 arrives (another push of its own, in flight before).
+    many.router.merge(
+        [s.push(q) for s, q in zip(many.servers, many.router.split(computed_on), strict=True)]
+    )
+    assert many.router.versions == [2, 2]
+    parts = many.router.split(computed_on)
+    assert [q.version for q in parts] == [1, 1]
+    many.router.merge([s.push(q) for s, q in zip(many.servers, parts, strict=True)])
+    assert [s.staleness_max for s in many.servers] == [1, 1]

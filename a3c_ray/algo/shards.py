@@ -91,6 +91,10 @@ class ShardRouter:
         self.versions = [-1] * shards
         self.lineages = [""] * shards
         self.weights = np.zeros(n, dtype=np.float32)
+        # The shards' versions behind each set of weights a Worker took, by the coordinator's
+        # (version, lineage) that the Worker records: a gradient pushed after a newer reply
+        # arrived (the overlapped push) is still sent with the versions it was computed from.
+        self._behind: dict[tuple[int, str], tuple[list[int], list[str]]] = {}
 
     @property
     def shards(self) -> int:
@@ -99,6 +103,9 @@ class ShardRouter:
     def split(self, p: GradientPush) -> list[GradientPush]:
         """The push of each shard: its slice of the gradient, on the wire, with the version and
         lineage of that shard's weights; episodes and statistics go to the coordinator alone."""
+        versions, lineages = self._behind.get(
+            (p.version, p.lineage), (self.versions, self.lineages)
+        )
         grad = wire.encode(p.grad, self.wire_dtype)
         if p.norm is None:
             p = dataclasses.replace(p, norm=grad_norm(p.grad))
@@ -113,8 +120,8 @@ class ShardRouter:
                 dataclasses.replace(
                     p,
                     grad=grad[lo:hi],
-                    version=self.versions[k],
-                    lineage=self.lineages[k],
+                    version=versions[k],
+                    lineage=lineages[k],
                     **extra,
                 )
             )
@@ -129,6 +136,11 @@ class ShardRouter:
                 moved = True
             self.versions[k], self.lineages[k] = reply.version, reply.lineage
         first = replies[0]
+        key = (first.version, first.lineage)
+        self._behind.pop(key, None)  # (re-inserted: the newest)
+        self._behind[key] = (list(self.versions), list(self.lineages))
+        while len(self._behind) > 8:
+            del self._behind[next(iter(self._behind))]
         return PushReply(
             self.weights if moved else None,
             first.version,
