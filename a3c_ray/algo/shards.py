@@ -107,8 +107,7 @@ class ShardRouter:
             (p.version, p.lineage), (self.versions, self.lineages)
         )
         grad = wire.encode(p.grad, self.wire_dtype)
-        if p.norm is None:
-            p = dataclasses.replace(p, norm=grad_norm(p.grad))
+        norm = grad_norm(p.grad) if p.norm is None else p.norm
         out = []
         for k, (lo, hi) in enumerate(self.bounds):
             extra: dict[str, Any] = (
@@ -122,6 +121,7 @@ class ShardRouter:
                     grad=grad[lo:hi],
                     version=versions[k],
                     lineage=lineages[k],
+                    norm=norm,
                     **extra,
                 )
             )
@@ -129,11 +129,14 @@ class ShardRouter:
 
     def merge(self, replies: list[PushReply]) -> PushReply:
         """One reply: the whole weights when any slice moved, and the coordinator's version and stop."""
-        moved = False
+        weights: np.ndarray | None = None
         for k, (reply, (lo, hi)) in enumerate(zip(replies, self.bounds, strict=True)):
             if reply.weights is not None:
-                wire.decode_into(np.asarray(reply.weights), self.wire_dtype, self.weights[lo:hi])
-                moved = True
+                weights = np.asarray(reply.weights)
+                if self.shards > 1 or self.wire_dtype != "float32":
+                    wire.decode_into(weights, self.wire_dtype, self.weights[lo:hi])
+                    weights = self.weights
+                # (one float32 shard: its reply is the whole weights, taken as they came)
             self.versions[k], self.lineages[k] = reply.version, reply.lineage
         first = replies[0]
         key = (first.version, first.lineage)
@@ -142,7 +145,7 @@ class ShardRouter:
         while len(self._behind) > 8:
             del self._behind[next(iter(self._behind))]
         return PushReply(
-            self.weights if moved else None,
+            weights,
             first.version,
             first.stop,
             all(r.applied for r in replies),

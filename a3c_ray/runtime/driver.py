@@ -43,6 +43,7 @@ from a3c_ray.runtime import actors
 from a3c_ray.runtime.cluster import connect
 from a3c_ray.runtime.metrics import DriverMetrics
 from a3c_ray.runtime.placement import default_workers, shard_placement
+from a3c_ray.runtime.ps_group import ParameterServerGroup
 from a3c_ray.runtime.remote import NAMESPACE
 
 MAX_BACKOFF_SECONDS = 60.0
@@ -92,18 +93,9 @@ class Run:
         self.n_actions = action_size(act_space)
         meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions)
         restartable = {"max_restarts": -1, "max_task_retries": -1, "namespace": NAMESPACE}
-        self.shards = [
-            actors.parameter_server_class()
-            .options(
-                name=actors.shard_name(self.run_id, k),
-                num_cpus=cfg.run.ps_cpus,
-                **restartable,
-                **shard_placement(cfg, k),
-            )
-            .remote(cfg, meta, run_dir, self.run_id, k)
-            for k in range(cfg.ps.shards)
-        ]
-        self.ps = self.shards[0]  # the coordinator: the run's counters and its stop
+        self.ps_group = ParameterServerGroup(cfg, meta, run_dir, self.run_id, restartable)
+        self.shards = self.ps_group.handles
+        self.ps = self.ps_group.coordinator  # the run's counters and its stop
         self.monitor = (
             actors.monitor_class()
             .options(
@@ -114,9 +106,7 @@ class Run:
             )
             .remote(cfg, run_dir, self.obs_shape, self.n_actions, self.run_id)
         )
-        self.lineages: list[tuple[str, str | None]] = ray.get(
-            [s.restore_info.remote() for s in self.shards]
-        )
+        self.ps_group.wait_ready()
         start = ray.get(self.ps.progress.remote())
         self.start_steps = start.env_steps
         self.restored_from = start.restored_from
@@ -230,7 +220,7 @@ class Run:
                 tick_ref = None
             if tick_ref is None and time.monotonic() - last_tick >= self.cfg.monitor.log_every:
                 tick_ref, last_tick = self.monitor.tick.remote(), time.monotonic()
-            self._resync_shards()
+            self.ps_group.resync()
             progress: Progress = ray.get(self.ps.progress.remote())
             stopping = progress.stop_reason is not None
             self._restart_due_workers(stopping)
@@ -242,28 +232,6 @@ class Run:
         if tick_ref is not None:
             with contextlib.suppress(ray.exceptions.RayError):
                 self.monitor_report = ray.get(tick_ref)
-
-    def _resync_shards(self) -> None:
-        """After a shard restarted from a checkpoint, roll every other shard back to that one."""
-        if len(self.shards) == 1:
-            return
-        now: list[tuple[str, str | None]] = ray.get([s.restore_info.remote() for s in self.shards])
-        moved = [k for k, info in enumerate(now) if info[0] != self.lineages[k][0]]
-        if moved:
-            checkpoint = now[moved[0]][1]
-            again = [
-                k for k in range(len(self.shards)) if k not in moved or now[k][1] != checkpoint
-            ]
-            lineages = ray.get([self.shards[k].reload.remote(checkpoint) for k in again])
-            for k, lineage in zip(again, lineages, strict=True):
-                now[k] = (lineage, checkpoint)
-            log.warning(
-                "ParameterServer shard %s restarted from %s; shards %s rolled back to it",
-                ", ".join(map(str, moved)),
-                checkpoint or "the initial weights",
-                ", ".join(map(str, again)),
-            )
-        self.lineages = now
 
     def _refresh(self, bar: tqdm, p: Progress) -> None:
         bar.update(min(p.env_steps, bar.total) - bar.n)
@@ -321,19 +289,12 @@ class Run:
             version=p.version,
             resumed_from=self.restored_from,
             worker_nodes=nodes,
-            ps_nodes=self._shard_nodes(),
+            ps_nodes=self.ps_group.nodes(),
             run_id=self.run_id,
             run_dir=str(self.run_dir),
             failures=self.failure_log[-20:],
             errors=self.errors,
         )
-
-    def _shard_nodes(self) -> list[str]:
-        try:
-            nodes: list[str] = ray.get([s.node_id.remote() for s in self.shards], timeout=30)
-        except ray.exceptions.RayError:
-            return []
-        return nodes
 
     def shutdown(self) -> None:
         for actor in [*self.workers.values(), self.monitor, *self.shards]:
