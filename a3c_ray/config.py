@@ -154,6 +154,34 @@ class PSConfig:
 
 
 @dataclass
+class TuneConfig:
+    space: dict[str, str] = field(default_factory=dict)
+    """What ``a3c-ray tune`` searches: config field -> sampler, e.g. ``algo.lr: loguniform(1e-4,
+    1e-2)``; samplers are uniform, loguniform, quniform, randint, choice and grid (every value,
+    once each). ``train`` ignores this section."""
+    num_samples: int = 4
+    """Trials to run (with grid entries: samples of every grid point)."""
+    scheduler: str = "fifo"
+    """fifo (every trial to its end), asha (stop the poor ones early) or pbt (population-based
+    training: poor trials continue from a good one's checkpoint with perturbed values)."""
+    metric: str = "mean_return_100"
+    """What the search maximizes: mean_return_100 (last 100 training episodes) or eval_return
+    (the Monitor's newest evaluation)."""
+    report_every: float = 5.0
+    """Seconds of training between a trial's reports to Tune."""
+    grace_steps: int = 50_000
+    """asha: env steps every trial gets before it may be stopped."""
+    reduction_factor: int = 3
+    """asha: at each rung, the best 1/reduction_factor of the trials go on."""
+    perturbation_steps: int = 50_000
+    """pbt: env steps between a trial's exploit-and-explore decisions."""
+    quantile_fraction: float = 0.25
+    """pbt: the bottom fraction of trials continues from the top fraction's checkpoints."""
+    max_concurrent_trials: int | None = None
+    """Trials running at once; null: as many as the cluster's CPUs hold."""
+
+
+@dataclass
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -161,6 +189,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     ps: PSConfig = field(default_factory=PSConfig)
+    tune: TuneConfig = field(default_factory=TuneConfig)
 
     # -- conversion -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -343,6 +372,7 @@ class Config:
             r.restart_backoff >= 0,
             f"run.restart_backoff: must be >= 0 seconds, got {r.restart_backoff}",
         )
+        p += tune_problems(self)
         for check in checks:
             p += check(self)
         return p
@@ -354,3 +384,28 @@ class Config:
 
 
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
+METRICS = ("mean_return_100", "eval_return")
+SCHEDULERS = ("fifo", "asha", "pbt")
+
+
+def tune_problems(cfg: Config) -> list[str]:
+    """The ``tune`` section's settings; its space is checked by ``a3c_ray.search_space``."""
+    t, p = cfg.tune, []
+    if t.num_samples < 1:
+        p.append(f"tune.num_samples: must be >= 1, got {t.num_samples}")
+    if t.scheduler not in SCHEDULERS:
+        p.append(f"tune.scheduler: must be one of {', '.join(SCHEDULERS)}, got {t.scheduler!r}")
+    if t.metric not in METRICS:
+        p.append(f"tune.metric: must be one of {', '.join(METRICS)}, got {t.metric!r}")
+    if not t.report_every > 0:
+        p.append(f"tune.report_every: must be > 0 seconds, got {t.report_every}")
+    for name in ("grace_steps", "perturbation_steps"):
+        if getattr(t, name) < 1:
+            p.append(f"tune.{name}: must be >= 1, got {getattr(t, name)}")
+    if t.reduction_factor < 2:
+        p.append(f"tune.reduction_factor: must be >= 2, got {t.reduction_factor}")
+    if not 0 < t.quantile_fraction <= 0.5:
+        p.append(f"tune.quantile_fraction: must be in (0, 0.5], got {t.quantile_fraction}")
+    if t.max_concurrent_trials is not None and t.max_concurrent_trials < 1:
+        p.append(f"tune.max_concurrent_trials: must be >= 1 or null, got {t.max_concurrent_trials}")
+    return p

@@ -244,3 +244,25 @@ def test_update_norm_is_the_size_of_the_step_the_optimizer_took() -> None:
     # 1e-4 / (1e-4 + epsilon 1e-5) of lr per parameter: 0.91 lr, against 0.0001 for RMSProp.
     expected = adam.cfg.algo.lr * np.sqrt(N) * 1e-4 / (1e-4 + 1e-5)
     assert adam.drain_stats().update_norm == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("optimizer", ["rmsprop", "adam"])
+def test_a_restored_server_steps_with_its_own_config_and_the_checkpoints_statistics(
+    optimizer: str,
+) -> None:
+    """A search continues a trial from another's checkpoint with a new learning rate: the
+    statistics come from the checkpoint, the step size from the config."""
+    donor = make_ps(algo__optimizer=optimizer, algo__lr=1e-3)
+    for _ in range(3):
+        donor.push(push(np.linspace(-1, 1, N), version=donor.version))
+    state = donor.state_dict()
+    ps = ParameterServer(
+        make_ps(algo__optimizer=optimizer, algo__lr=5e-3).cfg,
+        np.zeros(N, dtype=np.float32),
+        meta=META,
+        restore=state,
+    )
+    assert [g["lr"] for g in ps.optimizer.param_groups] == [5e-3]
+    key = "square_avg" if optimizer == "rmsprop" else "exp_avg_sq"
+    restored = next(iter(ps.optimizer.state.values()))[key]
+    assert np.array_equal(restored.numpy(), next(iter(donor.optimizer.state.values()))[key].numpy())

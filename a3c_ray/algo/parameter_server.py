@@ -293,6 +293,10 @@ class ParameterServer:
             self.flat.copy_(state["params"])
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
+            # The statistics are the checkpoint's; the step size and the like are this config's
+            # (a search may restart a trial from another's checkpoint with a new learning rate).
+            for group in self.optimizer.param_groups:
+                group.update({k: v for k, v in self.optimizer.defaults.items() if k in group})
         self.version = int(state.get("version", 0))
         self.env_steps = int(state.get("env_steps", 0))
         self.gradients_applied = int(state.get("gradients_applied", 0))

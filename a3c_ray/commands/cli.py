@@ -56,6 +56,7 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
     "scale": ("a3c_ray.commands.scale", "change the number of Workers of a live run"),
     "submit": ("a3c_ray.commands.submit", "run a3c-ray train as a Ray job on a cluster"),
     "bench": ("a3c_ray.commands.bench", "measure throughput against this machine's own limit"),
+    "tune": ("a3c_ray.commands.tune", "search hyperparameters with Ray Tune, each trial a run"),
 }
 
 

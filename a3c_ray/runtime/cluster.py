@@ -65,11 +65,13 @@ def connect(
     address: str | None,
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int | None = None,
+    num_cpus: int | None = None,
 ) -> bool:
     """Attach to a running cluster or start an embedded one; True when this call started Ray.
 
     The embedded Ray's dashboard is on ``dashboard_port``; with none given, on 8265 or, when that
-    is taken, on a free port; the address goes to stderr either way.
+    is taken, on a free port; the address goes to stderr either way. It has ``num_cpus`` logical
+    CPUs, by default what the run's actors take.
     """
     if ray.is_initialized():
         return False
@@ -89,7 +91,7 @@ def connect(
             stacklevel=2,
         )
     workers = cfg.run.workers or os.cpu_count() or 1
-    cpus = math.ceil(workers * cfg.run.worker_cpus + central_cpus(cfg))
+    cpus = num_cpus or math.ceil(workers * cfg.run.worker_cpus + central_cpus(cfg))
     # The node's services bind to loopback when ray was imported in single-machine mode (the CLI
     # sees to that); the dashboard binds to ``dashboard_host``.
     port = pick_dashboard_port(dashboard_host, dashboard_port)

@@ -42,7 +42,7 @@ from a3c_ray.rundir.summary import RunSummary, summary_json
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.cluster import connect
 from a3c_ray.runtime.metrics import DriverMetrics
-from a3c_ray.runtime.placement import default_workers, shard_placement
+from a3c_ray.runtime.placement import default_workers, shard_placement, worker_placement
 from a3c_ray.runtime.ps_group import ParameterServerGroup
 from a3c_ray.runtime.remote import NAMESPACE
 
@@ -123,6 +123,9 @@ class Run:
         self.errors: list[str] = []
         self.failure_log: list[str] = []
         self.monitor_report: dict[str, Any] = {}
+        self.tick_ref: Any = None
+        self.last_tick = 0.0
+        self.progress: Progress = start
         for i in range(workers):
             self._start_worker(i)
 
@@ -136,7 +139,7 @@ class Run:
             name=f"{self.run_id}/Worker-{i}",
             namespace=NAMESPACE,
             num_cpus=self.cfg.run.worker_cpus,
-            scheduling_strategy="SPREAD",  # one Worker per node before two on any node
+            **worker_placement(),
         ).remote(self.cfg, i, self.obs_shape, self.n_actions, stream)
         self.workers[i] = w
         self.pending[w.train.remote(self.shards)] = i
@@ -194,10 +197,14 @@ class Run:
                 self.metrics.worker_restarted(i)
 
     # -- the loop ----------------------------------------------------------------------------
-    def watch(self, bar: tqdm) -> None:
-        """Wait for the Workers to finish, ticking the Monitor and the progress bar meanwhile."""
-        tick_ref, last_tick = None, 0.0
+    def watch(self, bar: tqdm, until: float | None = None) -> bool:
+        """Wait for the Workers to finish, ticking the Monitor and the progress bar meanwhile.
+
+        With ``until`` (a ``time.monotonic()`` deadline), return at it; True once every Worker is
+        done (the run has ended), False when the deadline came first."""
         while self.pending or self.restart_at:
+            if until is not None and time.monotonic() >= until:
+                return False
             ready, _ = (
                 ray.wait(list(self.pending), num_returns=1, timeout=0.25)
                 if self.pending
@@ -212,26 +219,32 @@ class Run:
                 else:
                     if i in self.retiring:  # scaled down: free its CPU now
                         ray.kill(self.workers[i], no_restart=True)
-            if tick_ref is not None and ray.wait([tick_ref], timeout=0)[0]:
-                with contextlib.suppress(
-                    ray.exceptions.RayError
-                ):  # a failed tick is retried next time
-                    self.monitor_report = ray.get(tick_ref)
-                tick_ref = None
-            if tick_ref is None and time.monotonic() - last_tick >= self.cfg.monitor.log_every:
-                tick_ref, last_tick = self.monitor.tick.remote(), time.monotonic()
+            self._tick_monitor()
             self.ps_group.resync()
             progress: Progress = ray.get(self.ps.progress.remote())
+            self.progress = progress
             stopping = progress.stop_reason is not None
             self._restart_due_workers(stopping)
             if not stopping and progress.desired_workers is not None:
                 self._scale_to(progress.desired_workers)
             self._refresh(bar, progress)
-            if not self.pending and not self.restart_at:
-                break
-        if tick_ref is not None:
+        if self.tick_ref is not None:
             with contextlib.suppress(ray.exceptions.RayError):
-                self.monitor_report = ray.get(tick_ref)
+                self.monitor_report = ray.get(self.tick_ref)
+            self.tick_ref = None
+        return True
+
+    def _tick_monitor(self) -> None:
+        """Take the Monitor's last report when it is in; ask for the next every monitor.log_every."""
+        if self.tick_ref is not None and ray.wait([self.tick_ref], timeout=0)[0]:
+            with contextlib.suppress(ray.exceptions.RayError):  # a failed tick is retried next time
+                self.monitor_report = ray.get(self.tick_ref)
+            self.tick_ref = None
+        if (
+            self.tick_ref is None
+            and time.monotonic() - self.last_tick >= self.cfg.monitor.log_every
+        ):
+            self.tick_ref, self.last_tick = self.monitor.tick.remote(), time.monotonic()
 
     def _refresh(self, bar: tqdm, p: Progress) -> None:
         bar.update(min(p.env_steps, bar.total) - bar.n)

@@ -1,5 +1,6 @@
 """Where a run's actors go: how many Workers a cluster takes, and the node of the ParameterServer
-and the Monitor."""
+and the Monitor. A run started inside a placement group (a Ray Tune trial's) keeps every actor in
+that group: its first bundle holds the ParameterServer and the Monitor, the others the Workers."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import os
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.placement_group import PlacementGroup, get_current_placement_group
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 from a3c_ray.config import Config
 
@@ -29,7 +34,7 @@ def shard_placement(cfg: Config, shard: int) -> dict[str, Any]:
     """Where shard ``shard`` goes: the coordinator (0) as ``central_placement`` says; the others
     on the cluster's other nodes in turn, so that S shards use S nodes where there are S (soft
     affinity: a restart may land on any node)."""
-    if shard == 0:
+    if shard == 0 or in_group() is not None:
         return central_placement(cfg)
     nodes = sorted(
         (n for n in ray.nodes() if n["Alive"]),
@@ -50,7 +55,11 @@ def central_placement(cfg: Config) -> dict[str, Any]:
     """Where the ParameterServer and the Monitor go: a node with ``run.ps_resource``, else the head.
 
     Affinity to the head is soft, so a restart after losing the head's raylet can land elsewhere.
+    In a placement group: its first bundle, which ``group_bundles`` sizes for them.
     """
+    group = in_group()
+    if group is not None:
+        return _in(group, 0 if central_cpus(cfg) > 0 else -1)
     if cfg.run.ps_resource:
         return {"resources": {cfg.run.ps_resource: 0.001}}
     head = next(
@@ -64,3 +73,34 @@ def central_placement(cfg: Config) -> dict[str, Any]:
     if head is None:
         return {}
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=head, soft=True)}
+
+
+def worker_placement() -> dict[str, Any]:
+    """Where a Worker goes: one per node before two on any node, or any bundle of the group."""
+    group = get_current_placement_group()
+    return _in(group, -1) if group is not None else {"scheduling_strategy": "SPREAD"}
+
+
+def in_group() -> PlacementGroup | None:
+    """The placement group this process's actors are started in, if any."""
+    return get_current_placement_group()
+
+
+def group_bundles(cfg: Config, workers: int) -> list[dict[str, float]]:
+    """The bundles of a placement group that holds one run: an empty head (the driver, which
+    takes no CPU and is placed with the next bundle), the ParameterServer and the Monitor together,
+    then one bundle per Worker."""
+    central = central_cpus(cfg)
+    return [
+        {},
+        *([{"CPU": central}] if central > 0 else []),
+        *[{"CPU": cfg.run.worker_cpus}] * workers,
+    ]
+
+
+def _in(group: PlacementGroup, bundle: int) -> dict[str, Any]:
+    return {
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            group, placement_group_bundle_index=bundle, placement_group_capture_child_tasks=True
+        )
+    }

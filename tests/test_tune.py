@@ -1,0 +1,261 @@
+"""``a3c-ray tune``: the search space's parsing and checks, and searches on Ray Tune whose trials
+are whole runs (a 2-sample search that names a best trial, a failed trial that is reported and not
+fatal, population-based training that continues a trial from another's checkpoint)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from a3c_ray.commands.cli import main
+from a3c_ray.config import Config
+from a3c_ray.errors import ConfigError
+from a3c_ray.search_space import Sampler, parse, samplers, space_problems
+
+pytest.importorskip("ray.tune", reason="a3c-ray tune needs the tune extra")
+
+
+# -- the space ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("expr", "kind", "args"),
+    [
+        ("loguniform(1e-4, 1e-2)", "loguniform", (1e-4, 1e-2)),
+        ("uniform(0.9, 0.999)", "uniform", (0.9, 0.999)),
+        ("quniform(1, 10, 1)", "quniform", (1, 10, 1)),
+        ("randint(3, 21)", "randint", (3, 21)),
+        ("choice([5, 20])", "choice", ([5, 20],)),
+        ("grid(['rmsprop', 'adam'])", "grid", (["rmsprop", "adam"],)),
+    ],
+)
+def test_samplers_parse(expr: str, kind: str, args: tuple[object, ...]) -> None:
+    assert parse(expr) == Sampler(kind, args)
+
+
+@pytest.mark.parametrize(
+    ("expr", "says"),
+    [
+        ("lognormal(0, 1)", "unknown sampler 'lognormal'"),
+        ("loguniform(0, 1e-2)", "loguniform needs low > 0"),
+        ("uniform(1, 0.5)", "finite low < high"),
+        ("uniform(1)", "uniform takes 2 arguments"),
+        ("choice([])", "choice takes a non-empty list"),
+        ("randint(1.5, 3)", "randint takes integers"),
+        ("uniform(a, b)", "uniform takes literal values"),
+        ("__import__('os')", "unknown sampler '__import__'"),
+        ("1e-3", "not a sampler expression"),
+    ],
+)
+def test_bad_samplers_say_what_is_wrong(expr: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says.replace("(", r"\(")):
+        parse(expr)
+
+
+def space_cfg(space: dict[str, str], scheduler: str = "fifo") -> Config:
+    cfg = Config()
+    cfg.tune.space = space
+    cfg.tune.scheduler = scheduler
+    return cfg
+
+
+def test_space_is_checked_against_the_fields_it_sets() -> None:
+    problems = space_problems(
+        space_cfg(
+            {
+                "algo.lr": "loguniform(1e-4, 1e-2)",  # good
+                "algo.gamma": "uniform(0.9, 1.5)",  # 1.5 is no discount
+                "algo.t_max": "choice([5, 'long'])",  # not an integer
+                "algo.nope": "choice([1])",
+                "run.run_dir": "choice(['a'])",
+            }
+        )
+    )
+    assert len(problems) == 4, problems
+    assert any(
+        p.startswith("tune.space.algo.gamma:") and "must be in [0, 1]" in p for p in problems
+    )
+    assert any(
+        p.startswith("tune.space.algo.t_max:") and "expected an integer" in p for p in problems
+    )
+    assert any("unknown config field 'algo.nope'" in p for p in problems)
+    assert any("run.run_dir cannot be searched" in p for p in problems)
+    assert ["empty" in p for p in space_problems(space_cfg({}))] == [True]
+
+
+def test_pbt_refuses_what_a_checkpoint_cannot_follow() -> None:
+    problems = space_problems(
+        space_cfg({"model.hidden_sizes": "choice([[64], [128]])", "algo.lr": "grid([1e-3])"}, "pbt")
+    )
+    assert any("pbt continues trials" in p for p in problems)
+    assert any("use choice instead of grid" in p for p in problems)
+    with pytest.raises(ConfigError):
+        samplers(space_cfg({"algo.lr": "grid([1e-3])"}, "pbt"))
+
+
+def test_trial_config_takes_numpy_values(tmp_path: Path) -> None:
+    from a3c_ray.runtime.search import trial_config
+
+    cfg = trial_config(
+        Config().to_dict(), {"algo.lr": np.float64(3e-3), "algo.t_max": np.int64(7)}, str(tmp_path)
+    )
+    assert (cfg.algo.lr, cfg.algo.t_max, cfg.run.run_dir) == (3e-3, 7, str(tmp_path))
+    assert type(cfg.algo.t_max) is int
+
+
+def write_config(path: Path, tune: dict[str, object], **sections: dict[str, object]) -> Path:
+    base: dict[str, object] = {
+        "env": {"id": "CartPole-v1", "num_envs": 2},
+        "run": {
+            "workers": 1,
+            "worker_cpus": 0.5,
+            "ps_cpus": 0.25,
+            "monitor_cpus": 0.25,
+            "max_steps": 6000,
+            "target_return": None,
+        },
+        "monitor": {"eval_every": 1.0, "eval_episodes": 2},
+        "tune": {"report_every": 1.0, **tune},
+    }
+    for name, values in sections.items():
+        base[name] = {**base.get(name, {}), **values}  # type: ignore[dict-item]
+    path.write_text(yaml.safe_dump(base))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("tune", "extra", "says"),
+    [
+        ({"space": {}}, [], "tune.space: empty"),
+        ({"space": {"algo.lr": "loguniform(1e-4)"}}, [], "loguniform takes 2 arguments"),
+        ({"space": {"algo.lr": "choice([1e-3])"}}, ["--scheduler", "bogus"], "invalid choice"),
+        ({"space": {"algo.lr": "choice([1e-3])"}, "metric": "loss"}, [], "tune.metric"),
+        ({"space": {"algo.lr": "choice([1e-3])"}}, ["--set", "run.run_dir=x"], "use --out"),
+    ],
+)
+def test_bad_search_input_exits_2_in_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    tune: dict[str, object],
+    extra: list[str],
+    says: str,
+) -> None:
+    cfg = write_config(tmp_path / "s.yaml", tune)
+    code = main(["tune", "--config", str(cfg), "--out", str(tmp_path / "out"), *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_existing_out_directory_is_never_written_into(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = write_config(tmp_path / "s.yaml", {"space": {"algo.lr": "choice([1e-3])"}})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["tune", "--config", str(cfg), "--out", str(out)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+# -- searches on Ray ----------------------------------------------------------------------------
+def run_search(tmp_path: Path, capsys: pytest.CaptureFixture[str], cfg: Path) -> tuple[int, dict]:
+    code = main(["tune", "--config", str(cfg), "--out", str(tmp_path / "out"), "--json"])
+    out = capsys.readouterr().out.strip().splitlines()[-1]
+    return code, json.loads(out)
+
+
+@pytest.mark.ray
+def test_a_two_sample_search_names_its_best_trial(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from a3c_ray.commands.evaluate import evaluate_checkpoint
+    from a3c_ray.runtime.search import load_results
+
+    cfg = write_config(
+        tmp_path / "s.yaml", {"space": {"algo.lr": "loguniform(1e-3, 1e-2)"}, "num_samples": 2}
+    )
+    code, res = run_search(tmp_path, capsys, cfg)
+    assert code == 0
+    assert len(res["trials"]) == 2 and all(t["error"] is None for t in res["trials"])
+    for t in res["trials"]:
+        assert 1e-3 <= t["values"]["algo.lr"] <= 1e-2
+        assert t["env_steps"] >= 6000  # each trial trained its whole budget
+        summary = json.loads((Path(t["run_dir"]) / "summary.json").read_text())
+        assert summary["stopped_because"] == "max_steps"
+        saved = Config.load(Path(t["run_dir"]) / "config.yaml")
+        assert saved.algo.lr == t["values"]["algo.lr"]  # the run used the trial's value
+    best = res["best"]
+    assert best["mean_return_100"] == max(t["mean_return_100"] for t in res["trials"])
+    assert evaluate_checkpoint(best["checkpoint"], 2, 0, False, None)["episodes"] == 2
+    # Tune's own ResultGrid reads the search back.
+    grid = load_results(res["results"])
+    assert len(grid) == 2 and not grid.errors
+    assert grid.get_best_result().config["algo.lr"] == best["values"]["algo.lr"]
+
+
+@pytest.mark.ray
+def test_a_failed_trial_is_reported_and_the_search_goes_on(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = write_config(
+        tmp_path / "s.yaml",
+        {"space": {"env.kwargs.tolerance": "grid([1.0, -1.0])"}, "num_samples": 1},
+        env={"id": "tests.picky_env:Picky", "num_envs": 2},
+        run={"max_steps": 3000},
+    )
+    code, res = run_search(tmp_path, capsys, cfg)
+    assert code == 0
+    by_value = {t["values"]["env.kwargs.tolerance"]: t for t in res["trials"]}
+    assert "tolerance must be > 0" in by_value[-1.0]["error"]
+    assert by_value[1.0]["error"] is None and by_value[1.0]["env_steps"] >= 3000
+    assert res["best"]["trial"] == by_value[1.0]["trial"]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_pbt_continues_a_poor_trial_from_a_good_ones_checkpoint(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # lr 1e-4 barely learns in 30k steps, 7e-3 learns: the first trial exploits the second.
+    cfg = write_config(
+        tmp_path / "s.yaml",
+        {
+            "space": {"algo.lr": "choice([1e-4, 7e-3])"},
+            "num_samples": 2,
+            "scheduler": "pbt",
+            "perturbation_steps": 6000,
+            "quantile_fraction": 0.5,
+        },
+        run={"max_steps": 30000},
+    )
+    code, res = run_search(tmp_path, capsys, cfg)
+    assert code == 0
+    results = Path(res["results"])
+    # Tune's log of each exploit: [trial, donor, its iteration, the donor's, old values, new].
+    exploits = [json.loads(line) for line in (results / "pbt_global.txt").read_text().splitlines()]
+    assert exploits
+    runs = Path(res["trials"][0]["run_dir"]).parent
+    segments = [d for d in runs.iterdir() if (d / "segment.json").is_file()]
+    assert segments  # run directories of trials that went on from a checkpoint
+    from_other = 0
+    for d in segments:
+        seg = json.loads((d / "segment.json").read_text())
+        summary = json.loads((d / "summary.json").read_text())
+        # The ParameterServer started from the copy the search put in the run directory ...
+        assert Path(summary["resumed_from"]) == d / "checkpoints" / Path(seg["restored_from"]).name
+        # ... of a Tune checkpoint, and trained on from its step count.
+        assert "/checkpoint_" in seg["restored_from"]
+        assert summary["env_steps"] > seg["env_steps"] > 0
+        from_other += seg["trial"] not in Path(seg["restored_from"]).parts[-4]
+    assert from_other  # at least one took another trial's checkpoint, not its own
+    # A trial that was exploited says from where, and trained on with the new learning rate.
+    restored = [t for t in res["trials"] if t["restored_from"]]
+    assert restored
+    for t in restored:
+        saved_cfg = Config.load(Path(t["run_dir"]) / "config.yaml")
+        assert saved_cfg.algo.lr == pytest.approx(t["values"]["algo.lr"])
