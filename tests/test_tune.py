@@ -259,3 +259,26 @@ def test_pbt_continues_a_poor_trial_from_a_good_ones_checkpoint(
     for t in restored:
         saved_cfg = Config.load(Path(t["run_dir"]) / "config.yaml")
         assert saved_cfg.algo.lr == pytest.approx(t["values"]["algo.lr"])
+
+
+@pytest.mark.ray
+def test_asha_stops_poor_trials_early(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = write_config(
+        tmp_path / "s.yaml",
+        {
+            "space": {"algo.lr": "grid([1e-5, 3e-5, 3e-3, 7e-3])"},
+            "num_samples": 1,
+            "scheduler": "asha",
+            "grace_steps": 3000,
+            "reduction_factor": 2,
+        },
+        run={"max_steps": 15000},
+    )
+    code, res = run_search(tmp_path, capsys, cfg)
+    assert code == 0 and len(res["trials"]) == 4
+    stopped = [t for t in res["trials"] if t["stopped_because"] == "interrupted"]
+    assert stopped, res["trials"]  # ended by the scheduler, with a summary and a checkpoint
+    assert all(t["env_steps"] < 15000 for t in stopped)
+    assert any(t["stopped_because"] == "max_steps" for t in res["trials"])

@@ -104,6 +104,7 @@ def rows(grid: Any, names: list[str]) -> list[dict[str, Any]]:
                 "mean_return_100": _num(m.get("mean_return_100")),
                 "eval_return": _num(m.get("eval_return")),
                 "run_dir": m.get("run_dir"),
+                "stopped_because": _summary(m.get("run_dir")).get("stopped_because"),
                 "restored_from": m.get("restored_from") or None,
             }
         )
@@ -126,13 +127,12 @@ def _num(x: Any) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), 2)
 
 
-def _checkpoint(run_dir: str | None) -> str | None:
-    if not run_dir:
-        return None
-    summary = Path(run_dir) / "summary.json"
-    if summary.is_file():
-        return json.loads(summary.read_text()).get("checkpoint")
-    return None
+def _summary(run_dir: str | None) -> dict[str, Any]:
+    """The summary.json of a trial's newest run directory; empty where there is none."""
+    try:
+        return dict(json.loads((Path(run_dir or "") / "summary.json").read_text()))
+    except (OSError, ValueError):
+        return {}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     scored = [r for r in table if r["error"] is None and r[metric] is not None]
     best = max(scored, key=lambda r: r[metric]) if scored else None
     if best is not None:
-        best["checkpoint"] = _checkpoint(best["run_dir"])
+        best["checkpoint"] = _summary(best["run_dir"]).get("checkpoint")
     failed = [r for r in table if r["error"] is not None]
     if args.json:
         print(json.dumps({"results": result.path, "metric": metric, "trials": table, "best": best}))
@@ -170,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
             state = (
                 f"FAILED: {r['error']}"
                 if r["error"]
-                else (f"{metric} {r[metric]}  env_steps {r['env_steps']}")
+                else f"{metric} {r[metric]}  env_steps {r['env_steps']}"
+                + ("  (stopped by the search)" if r["stopped_because"] == "interrupted" else "")
             )
             print(f"  {r['trial']}  {values}  {state}")
         if best is not None:
