@@ -282,3 +282,18 @@ def test_asha_stops_poor_trials_early(
     assert stopped, res["trials"]  # ended by the scheduler, with a summary and a checkpoint
     assert all(t["env_steps"] < 15000 for t in stopped)
     assert any(t["stopped_because"] == "max_steps" for t in res["trials"])
+
+
+@pytest.mark.ray
+def test_a_trial_larger_than_this_ray_is_refused_before_anything_starts(
+    ray_session: None, tmp_path: Path
+) -> None:
+    import ray
+
+    from a3c_ray.runtime.search import search
+
+    cfg = Config.load(write_config(tmp_path / "s.yaml", {"space": {"algo.lr": "choice([1e-3])"}}))
+    cfg.run.workers = int(ray.cluster_resources()["CPU"]) * 2 + 1
+    with pytest.raises(ConfigError, match=r"a trial takes .* CPUs"):
+        search(cfg, tmp_path / "out", fixed_size=True)
+    assert not (tmp_path / "out").exists()

@@ -149,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
 
     started = cluster.connect(cfg, args.address, num_cpus=os.cpu_count() or 1)
     try:
-        result = search.search(cfg, out, verbose=0 if args.quiet or args.json else 1)
+        result = search.search(
+            cfg, out, verbose=0 if args.quiet or args.json else 1, fixed_size=started
+        )
     finally:
         if started:
             search.shutdown()

@@ -33,7 +33,7 @@ from a3c_ray.algo import choices
 from a3c_ray.algo import parameter_server as ps_mod
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
-from a3c_ray.errors import one_line
+from a3c_ray.errors import ConfigError, one_line
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager, resolve, write_pointer
 from a3c_ray.rundir.checkpoint import load_checkpoint as load_checkpoint_file
@@ -244,16 +244,29 @@ def scheduler(cfg: Config, space: dict[str, Any]) -> Any:
     return FIFOScheduler()
 
 
-def search(cfg: Config, out: str | os.PathLike[str], verbose: int = 1) -> SearchResult:
+def search(
+    cfg: Config, out: str | os.PathLike[str], verbose: int = 1, fixed_size: bool = True
+) -> SearchResult:
     """Run the search of ``cfg.tune`` on the Ray this process is connected to; trials write under
-    ``out``. Trials that fail are in the result, not raised."""
+    ``out``. Trials that fail are in the result, not raised. On a Ray of ``fixed_size`` (no
+    autoscaler), a trial larger than the whole cluster is refused before anything starts."""
     space = {name: domain(s) for name, s in samplers(cfg).items()}
+    workers = int(cfg.run.workers or 1)
+    cfg.run.workers = workers
+    need = sum(b.get("CPU", 0.0) for b in group_bundles(cfg, workers))
+    have = ray.cluster_resources().get("CPU", 0.0)
+    if fixed_size and need > have + 1e-9:
+        raise ConfigError(
+            [
+                f"a trial takes {need:g} CPUs ({workers} Workers x run.worker_cpus "
+                f"{cfg.run.worker_cpus:g}, the ParameterServer and the Monitor) and this Ray has "
+                f"{have:g}; lower run.workers or run.worker_cpus"
+            ]
+        )
     out = os.path.abspath(out)
     runs_dir = os.path.join(out, RUNS)
     os.makedirs(runs_dir, exist_ok=True)
     Path(out, SEARCH_CONFIG).write_text(cfg.to_yaml())
-    workers = int(cfg.run.workers or 1)
-    cfg.run.workers = workers
     trainable = tune.with_resources(
         tune.with_parameters(A3C, base=cfg.to_dict(), runs_dir=runs_dir),
         PlacementGroupFactory(group_bundles(cfg, workers)),
