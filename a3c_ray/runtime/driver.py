@@ -197,8 +197,9 @@ class Run:
                 self.metrics.worker_restarted(i)
 
     # -- the loop ----------------------------------------------------------------------------
-    def watch(self, bar: tqdm, until: float | None = None) -> bool:
-        """Wait for the Workers to finish, ticking the Monitor and the progress bar meanwhile.
+    def watch(self, bar: tqdm | None, until: float | None = None) -> bool:
+        """Wait for the Workers to finish, ticking the Monitor and the progress bar (if any)
+        meanwhile.
 
         With ``until`` (a ``time.monotonic()`` deadline), return at it; True once every Worker is
         done (the run has ended), False when the deadline came first."""
@@ -227,7 +228,8 @@ class Run:
             self._restart_due_workers(stopping)
             if not stopping and progress.desired_workers is not None:
                 self._scale_to(progress.desired_workers)
-            self._refresh(bar, progress)
+            if bar is not None:
+                self._refresh(bar, progress)
         if self.tick_ref is not None:
             with contextlib.suppress(ray.exceptions.RayError):
                 self.monitor_report = ray.get(self.tick_ref)

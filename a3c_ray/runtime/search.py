@@ -27,7 +27,6 @@ import ray
 from ray import tune
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
-from tqdm import tqdm
 
 from a3c_ray.algo import choices
 from a3c_ray.algo import parameter_server as ps_mod
@@ -91,7 +90,6 @@ class A3C(tune.Trainable):
         self.restored_from = ""
         self.final_checkpoint: str | None = None
         self.summary: RunSummary = {}
-        self.bar = tqdm(total=1, disable=True)
         # A trial whose values the env or the checks refuse fails at its first step, where Tune
         # has recorded what it was, rather than in its constructor.
         self.setup_error: Exception | None = None
@@ -112,7 +110,6 @@ class A3C(tune.Trainable):
         write_file(self.storage, layout.CONFIG, self.cfg.to_yaml())
         self.run, self.final_checkpoint, self.summary = None, None, {}
         self.started = False
-        self.bar.total = self.cfg.run.max_steps
 
     def step(self) -> dict[str, Any]:
         if self.setup_error is not None:
@@ -122,7 +119,7 @@ class A3C(tune.Trainable):
             self.t0, self.started = time.monotonic(), True
         run = self.run
         deadline = time.monotonic() + self.cfg.tune.report_every
-        while not (done := run.watch(self.bar, until=deadline)) and math.isnan(self._metric()):
+        while not (done := run.watch(None, until=deadline)) and math.isnan(self._metric()):
             deadline = time.monotonic() + 1.0  # no value of the metric yet: train on
         if done:
             self._finish(interrupted=False)
