@@ -158,7 +158,7 @@ class TuneConfig:
     space: dict[str, str] = field(default_factory=dict)
     """What ``a3c-ray tune`` searches: config field -> sampler, e.g. ``algo.lr: loguniform(1e-4,
     1e-2)``; samplers are uniform, loguniform, quniform, randint, choice and grid (every value,
-    once each). ``train`` ignores this section."""
+    each in num_samples trials). ``train`` ignores this section."""
     num_samples: int = 4
     """Trials to run (with grid entries: samples of every grid point)."""
     scheduler: str = "fifo"
