@@ -297,3 +297,47 @@ def test_a_trial_larger_than_this_ray_is_refused_before_anything_starts(
     with pytest.raises(ConfigError, match=r"a trial takes .* CPUs"):
         search(cfg, tmp_path / "out", fixed_size=True)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.ray
+def test_a_run_started_in_a_placement_group_keeps_its_actors_in_it(ray_session: None) -> None:
+    """Inside a trial's group, the ParameterServer and the Monitor go to its first bundle and the
+    Workers to any bundle of it; outside any group, Workers spread over the nodes."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from a3c_ray.runtime.placement import central_placement, group_bundles, worker_placement
+
+    cfg = Config()
+    bundles = group_bundles(cfg, 2)
+    assert bundles == [
+        {},
+        {"CPU": 1.0},
+        {"CPU": 1.0},
+        {"CPU": 1.0},
+    ]  # driver, PS + Monitor, Workers
+
+    @ray.remote(num_cpus=0)
+    def where(cfg: Config) -> tuple[str, int, str, int]:
+        w = worker_placement()["scheduling_strategy"]
+        c = central_placement(cfg)["scheduling_strategy"]
+        return (
+            w.placement_group.id.hex(),
+            w.placement_group_bundle_index,
+            c.placement_group.id.hex(),
+            c.placement_group_bundle_index,
+        )
+
+    group = placement_group(bundles[1:])
+    ray.get(group.ready(), timeout=60)
+    try:
+        inside = where.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, placement_group_capture_child_tasks=True
+            )
+        ).remote(cfg)
+        assert ray.get(inside, timeout=60) == (group.id.hex(), -1, group.id.hex(), 0)
+    finally:
+        remove_placement_group(group)
+    assert worker_placement() == {"scheduling_strategy": "SPREAD"}
