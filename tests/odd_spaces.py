@@ -1,4 +1,4 @@
-"""Environments with action spaces a3c-ray does not take, for the bad-input tests."""
+"""Environments with spaces a3c-ray does not take, for the bad-input tests."""
 
 from __future__ import annotations
 
@@ -29,3 +29,17 @@ class MatrixActions(_Still):
 
 class UnboundedActions(_Still):
     action_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+
+class DictObservations(gym.Env[dict[str, Any], int]):
+    observation_space = gym.spaces.Dict(
+        {"position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "goal": gym.spaces.Discrete(4)}
+    )
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: Any) -> Any:
+        return self.observation_space.sample(), 0.0, True, False, {}

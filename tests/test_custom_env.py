@@ -82,6 +82,10 @@ def test_wrappers_of_your_own_apply_in_order_inside_a3c_rays_statistics(in_examp
             "Box action space of shape (2, 2); only 1-D Box actions are supported",
         ),
         (
+            ["--env", "tests.odd_spaces:DictObservations"],
+            "has a Dict observation space; only Box is supported",
+        ),
+        (
             ["--env", "tests.odd_spaces:UnboundedActions"],
             "Box action space with infinite bounds; only finite bounds are supported",
         ),
