@@ -165,20 +165,20 @@ def test_a_box_action_space_trains_on_ray_and_eval_plays_its_checkpoint(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_defaults_learn_cartpole_and_keep_it_for_400k_steps(
+def test_defaults_learn_cartpole_and_keep_it_for_300k_steps(
     ray_session: None, tmp_path: Path, seed: int
 ) -> None:
     """With no settings but the seed and no target to stop at, 2 Workers train CartPole-v1 for
-    400k env steps and end with a mean of at least 450 over the last 100 training episodes: the
+    300k env steps and end with a mean of at least 450 over the last 100 training episodes: the
     defaults keep what they learn instead of collapsing after the first solve (the failure this
-    guards against ended near 9, a policy that pushes one way). Over 16 runs on Ray
-    (docs/benchmarks.md) the mean at 400k was 456-500; at 300k one of 16 was 447."""
+    guards against ended near 9, a policy that pushes one way). Over 26 runs on Ray
+    (docs/benchmarks.md) the mean at 300k was 450 or more in 25 and 447 in the other."""
     from a3c_ray.commands.bench_plot import load_curve
     from a3c_ray.commands.bench_stability import seed_result
 
     cfg = Config()
     cfg.run.run_dir = str(tmp_path / "cp")
-    cfg.run.workers, cfg.run.max_steps, cfg.run.seed, cfg.run.progress = 2, 400_000, seed, False
+    cfg.run.workers, cfg.run.max_steps, cfg.run.seed, cfg.run.progress = 2, 300_000, seed, False
     result = train(cfg)
     s = result.summary
     assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
