@@ -19,7 +19,8 @@ from typing import Any
 from a3c_ray.config import Config
 from a3c_ray.configs import resolve as resolve_config
 from a3c_ray.errors import EXIT_FAILURE, ConfigError, one_line
-from a3c_ray.search_space import samplers
+from a3c_ray.rundir.summary import read_summary
+from a3c_ray.search_space import METRICS, SCHEDULERS, samplers
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,12 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-samples", type=int, help="trials to run (default: tune.num_samples)")
     p.add_argument(
         "--scheduler",
-        choices=("fifo", "asha", "pbt"),
+        choices=SCHEDULERS,
         help="trial scheduler (default: tune.scheduler)",
     )
     p.add_argument(
         "--metric",
-        choices=("mean_return_100", "eval_return"),
+        choices=METRICS,
         help="what the search maximizes (default: tune.metric)",
     )
     p.add_argument(
@@ -130,7 +131,7 @@ def _num(x: Any) -> float | None:
 def _summary(run_dir: str | None) -> dict[str, Any]:
     """The summary.json of a trial's newest run directory; empty where there is none."""
     try:
-        return dict(json.loads((Path(run_dir or "") / "summary.json").read_text()))
+        return dict(read_summary(run_dir or ""))
     except (OSError, ValueError):
         return {}
 

@@ -34,7 +34,7 @@ def shard_placement(cfg: Config, shard: int) -> dict[str, Any]:
     """Where shard ``shard`` goes: the coordinator (0) as ``central_placement`` says; the others
     on the cluster's other nodes in turn, so that S shards use S nodes where there are S (soft
     affinity: a restart may land on any node)."""
-    if shard == 0 or in_group() is not None:
+    if shard == 0 or get_current_placement_group() is not None:
         return central_placement(cfg)
     nodes = sorted(
         (n for n in ray.nodes() if n["Alive"]),
@@ -57,7 +57,7 @@ def central_placement(cfg: Config) -> dict[str, Any]:
     Affinity to the head is soft, so a restart after losing the head's raylet can land elsewhere.
     In a placement group: its first bundle, which ``group_bundles`` sizes for them.
     """
-    group = in_group()
+    group = get_current_placement_group()
     if group is not None:
         return _in(group, 0 if central_cpus(cfg) > 0 else -1)
     if cfg.run.ps_resource:
@@ -79,11 +79,6 @@ def worker_placement() -> dict[str, Any]:
     """Where a Worker goes: one per node before two on any node, or any bundle of the group."""
     group = get_current_placement_group()
     return _in(group, -1) if group is not None else {"scheduling_strategy": "SPREAD"}
-
-
-def in_group() -> PlacementGroup | None:
-    """The placement group this process's actors are started in, if any."""
-    return get_current_placement_group()
 
 
 def group_bundles(cfg: Config, workers: int) -> list[dict[str, float]]:
