@@ -144,6 +144,10 @@ class MonitorConfig:
     """Record one eval episode to TensorBoard as a video every Nth evaluation; 0 never."""
 
 
+MAX_GRAPH_WORKERS = 32
+"""The most ``ps.graph_workers``: the threads each shard keeps for compiled graphs."""
+
+
 @dataclass
 class PSConfig:
     shards: int = 1
@@ -152,6 +156,10 @@ class PSConfig:
     wire_dtype: str = "float32"
     """How gradients and weights travel between Workers and the ParameterServer: float32,
     bfloat16 or float16 (the server keeps float32 weights and optimizer statistics)."""
+    graph_workers: int = 4
+    """Workers on a shard's node that push to it through a Ray compiled graph (shared-memory
+    channels, no per-call scheduling) instead of an actor call; each costs the shard a thread
+    that polls its channel. The others push by actor calls. 0: actor calls only."""
 
 
 @dataclass
@@ -355,6 +363,11 @@ class Config:
         need(r.ps_cpus >= 0, f"run.ps_cpus: must be >= 0, got {r.ps_cpus}")
         need(r.monitor_cpus >= 0, f"run.monitor_cpus: must be >= 0, got {r.monitor_cpus}")
         need(self.ps.shards >= 1, f"ps.shards: must be >= 1, got {self.ps.shards}")
+        need(
+            0 <= self.ps.graph_workers <= MAX_GRAPH_WORKERS,
+            f"ps.graph_workers: must be between 0 and {MAX_GRAPH_WORKERS}, "
+            f"got {self.ps.graph_workers}",
+        )
         need(mon.eval_every > 0, f"monitor.eval_every: must be > 0 seconds, got {mon.eval_every}")
         need(
             mon.eval_episodes >= 1, f"monitor.eval_episodes: must be >= 1, got {mon.eval_episodes}"

@@ -307,10 +307,12 @@ def test_ps_scale_measures_every_shard_count_wire_and_load(
     r = json.loads(capsys.readouterr().out)
     assert r["params"] == 4675 and r["worker_pushes_per_second"] > 0
     keys = sorted(
-        (row["shards"], row["alone"], row["wire_dtype"], row["in_flight"]) for row in r["rows"]
+        (row["transport"], row["shards"], row["alone"], row["wire_dtype"], row["in_flight"])
+        for row in r["rows"]
     )
     assert keys == sorted(
-        (s, alone, w, f)
+        (t, s, alone, w, f)
+        for t in ("call", "graph")
         for s, alone in ((1, False), (2, False), (2, True))  # one shard alone: S > 1 only
         for w in ("float32", "bfloat16")
         for f in (1, 4)
@@ -318,6 +320,7 @@ def test_ps_scale_measures_every_shard_count_wire_and_load(
     for row in r["rows"]:
         assert row["applications_per_second"] > 0 and len(row["runs"]) == 1
         assert 0 < row["latency_ms_median"] <= row["latency_ms_p90"]
+        assert row["ps_cpu_us_per_application"] > 0
         assert row["workers_before_saturation"] == pytest.approx(
             row["applications_per_second"] / r["worker_pushes_per_second"]
         )
@@ -334,6 +337,8 @@ def test_ps_scale_refuses_unknown_wire_dtypes_and_zero_counts() -> None:
         parse(["--ps-scale", "--wire", "float8"])
     with pytest.raises(SystemExit):
         parse(["--ps-scale", "--shards", "0,2"])
+    with pytest.raises(SystemExit):
+        parse(["--ps-scale", "--transport", "grpc"])
 
 
 def test_raw_limit_in_parallel_runs_one_loop_per_process_at_once() -> None:

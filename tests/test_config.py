@@ -68,6 +68,8 @@ BAD_VALUES: list[tuple[str, Any]] = [
     ("monitor.eval_episodes", 0),
     ("monitor.keep_checkpoints", 0),
     ("monitor.log_every", 0.0),
+    ("ps.graph_workers", -1),
+    ("ps.graph_workers", 33),
 ]
 
 
@@ -98,6 +100,8 @@ GOOD_EDGES: list[tuple[str, Any]] = [
     ("run.ps_cpus", 0.0),
     ("run.target_return", -100.0),
     ("env.max_episode_steps", 1),
+    ("ps.graph_workers", 0),
+    ("ps.graph_workers", 32),
 ]
 
 

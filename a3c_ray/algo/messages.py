@@ -167,3 +167,5 @@ class WorkerResult:
     """Seconds in env, forward, backward and wait, and the Worker's ``total``."""
     node_id: str | None = None
     """The Ray node it ran on (set by the actor)."""
+    pushes_by_graph: int = 0
+    """Pushes sent through compiled graphs (``ps.graph_workers``); the others by actor calls."""

@@ -2,8 +2,10 @@
 
 Synthetic clients push prepared gradients of the config's model size (no env, no backward) to the
 ParameterServer's shard actors, keeping 1, 8, 32 or 128 pushes in flight, for each number of
-shards and each wire dtype asked for. Each row gives the gradient applications per second and the
-round trip of one push (median and 90th percentile). One Worker of the config, trained for
+shards, each wire dtype and each transport asked for (``call``: one actor call per push;
+``graph``: a compiled graph per push in flight, as ``ps.graph_workers`` gives Workers on a shard's
+node). Each row gives the gradient applications per second, the CPU the shard's process spends
+per push (Ray's threads in it too), and the round trip of one push (median and 90th percentile). One Worker of the config, trained for
 ``--seconds``, gives its push rate; the model then says how many such Workers each ParameterServer
 carries before it saturates.
 
@@ -27,6 +29,7 @@ from a3c_ray.runtime import bench_measure as bm
 from a3c_ray.runtime import cluster
 
 IN_FLIGHT = [1, 8, 32, 128]
+BEST_KEYS = ("transport", "shards", "wire_dtype", "in_flight")
 
 
 def _ints(text: str) -> list[int]:
@@ -45,6 +48,18 @@ def _dtypes(text: str) -> list[str]:
     if not values or bad:
         raise argparse.ArgumentTypeError(
             f"expected wire dtypes among {', '.join(WIRE_DTYPES)}, got '{text}'"
+        )
+    return values
+
+
+TRANSPORTS = ("call", "graph")
+
+
+def _transports(text: str) -> list[str]:
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    if not values or any(v not in TRANSPORTS for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected transports among {', '.join(TRANSPORTS)}, got '{text}'"
         )
     return values
 
@@ -74,6 +89,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="wire dtypes (default float32,bfloat16)",
     )
     g.add_argument(
+        "--transport",
+        type=_transports,
+        default=list(TRANSPORTS),
+        metavar="T,...",
+        help="call (one actor call per push) and/or graph (a compiled graph per push in flight, "
+        "up to 32) (default call,graph)",
+    )
+    g.add_argument(
         "--pushes-in-flight",
         type=_ints,
         default=IN_FLIGHT,
@@ -86,7 +109,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
     """Every (shards, wire dtype, pushes in flight), ``args.repeat`` times: medians and every run."""
     load_before = os.getloadavg()[0]
-    rows: dict[tuple[int, str, bool, int], list[dict[str, Any]]] = {}
+    rows: dict[tuple[str, int, str, bool, int], list[dict[str, Any]]] = {}
     with cluster.session(cfg, 1, args.address, args.dashboard_port):
         worker = bm.train_throughput(cfg, 1, args.seconds)["per_worker"][0]
         for _ in range(args.repeat):
@@ -95,11 +118,17 @@ def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
                     c = copy.deepcopy(cfg)
                     c.ps.shards, c.ps.wire_dtype = shards, dtype
                     for alone in (False, True) if shards > 1 else (False,):
-                        for r in bm.ps_load(
-                            c, args.ps_seconds, args.pushes_in_flight, args.clients, alone
-                        ):
-                            key = (shards, dtype, alone, r["in_flight"])
-                            rows.setdefault(key, []).append(r)
+                        for transport in args.transport:
+                            for r in bm.ps_load(
+                                c,
+                                args.ps_seconds,
+                                args.pushes_in_flight,
+                                args.clients,
+                                alone,
+                                transport == "graph",
+                            ):
+                                key = (transport, shards, dtype, alone, r["in_flight"])
+                                rows.setdefault(key, []).append(r)
     pushes = worker["pushes_per_second"]
     table = []
     for runs in rows.values():
@@ -125,10 +154,10 @@ def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
         "worker_pushes_per_second": pushes,
         "worker_busy_ms_per_push": 1e3 * worker["busy_seconds_per_push"],
         "rows": table,
-        "best": {k: best[k] for k in ("shards", "wire_dtype", "in_flight")},
+        "best": {k: best[k] for k in BEST_KEYS},
         "best_applications_per_second": best["applications_per_second"],
         "workers_before_saturation": best["workers_before_saturation"],
-        "best_on_own_nodes": {k: nodes[k] for k in ("shards", "wire_dtype", "in_flight")},
+        "best_on_own_nodes": {k: nodes[k] for k in BEST_KEYS},
         "best_on_own_nodes_applications_per_second": nodes["applications_per_second"],
         "workers_before_saturation_on_own_nodes": nodes["workers_before_saturation"],
         "median_applications_per_second": statistics.median(
@@ -145,30 +174,32 @@ def format_table(r: dict[str, Any]) -> str:
         f"one Worker of this config pushes {r['worker_pushes_per_second']:.1f}/s "
         f"(busy {r['worker_busy_ms_per_push']:.1f} ms per push)",
         "",
-        "shards  placement            wire      in flight  applications/s  us/application  "
-        "round trip ms (median/p90)  Workers carried",
+        "transport  shards  placement            wire      in flight  applications/s  "
+        "server CPU us/push  round trip ms (median/p90)  Workers carried",
     ]
     for row in r["rows"]:
         where = "shard 0 alone" if row["alone"] else "all on this machine"
         lines.append(
-            f"{row['shards']:>6}  {where:<19}  {row['wire_dtype']:<8}  {row['in_flight']:>9}  "
-            f"{row['applications_per_second']:>14,.0f}  {row['us_per_application']:>14,.0f}  "
+            f"{row['transport']:<9}  {row['shards']:>6}  {where:<19}  {row['wire_dtype']:<8}  "
+            f"{row['in_flight']:>9}  {row['applications_per_second']:>14,.0f}  "
+            f"{row['ps_cpu_us_per_application']:>18,.0f}  "
             f"{row['latency_ms_median']:>13.2f} / {row['latency_ms_p90']:<10.2f}  "
             f"{row['workers_before_saturation']:>15.1f}"
         )
     b = r["best"]
     lines += [
         "",
-        f"best: {r['best_applications_per_second']:,.0f} applications/s with {b['shards']} shard(s), "
-        f"{b['wire_dtype']} on the wire, {b['in_flight']} in flight: the ParameterServer carries "
+        f"best: {r['best_applications_per_second']:,.0f} applications/s by {b['transport']}, "
+        f"{b['shards']} shard(s), {b['wire_dtype']} on the wire, {b['in_flight']} in flight: "
+        "the ParameterServer carries "
         f"{r['workers_before_saturation']:.1f} Workers of this config before it saturates",
     ]
     n = r["best_on_own_nodes"]
     if n != b:
         lines.append(
             f"with a node per shard: {r['best_on_own_nodes_applications_per_second']:,.0f} "
-            f"applications/s with {n['shards']} shards, {n['wire_dtype']}, {n['in_flight']} in "
-            f"flight: {r['workers_before_saturation_on_own_nodes']:.1f} Workers"
+            f"applications/s by {n['transport']}, {n['shards']} shards, {n['wire_dtype']}, "
+            f"{n['in_flight']} in flight: {r['workers_before_saturation_on_own_nodes']:.1f} Workers"
         )
     return "\n".join(lines)
 

@@ -45,6 +45,10 @@ class RunSummary(TypedDict, total=False):
     version: int
     resumed_from: str | None
     worker_nodes: list[str]
+    pushes: int
+    """Pushes of the Workers that finished (a killed Worker's are not counted)."""
+    pushes_by_graph: int
+    """Of those, the pushes sent through compiled graphs (``ps.graph_workers``)."""
     ps_nodes: list[str]
     """The Ray node of each ParameterServer shard, coordinator first."""
     run_id: str

@@ -4,6 +4,9 @@ place on the cluster, their restarts, their metrics and their handles to each ot
 from __future__ import annotations
 
 import dataclasses
+import functools
+import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +22,7 @@ from a3c_ray.config import Config
 from a3c_ray.rundir.checkpoint import load_checkpoint, newest_good_state
 from a3c_ray.rundir.monitor import Monitor
 from a3c_ray.rundir.storage import RunStorage
+from a3c_ray.runtime.graphs import GRAPH_THREADS, GraphServer
 from a3c_ray.runtime.metrics import EvalMetrics, ParameterServerMetrics
 from a3c_ray.runtime.remote import NAMESPACE, RemoteProxy, actor_class, one_torch_thread, resolve
 
@@ -30,6 +34,17 @@ WEIGHTS_BY_REF_BYTES = 1 << 20
 def shard_name(run: str, shard: int) -> str:
     """The named actor of one shard; shard 0, the coordinator, is the run's ParameterServer."""
     return f"{run}/ParameterServer" if shard == 0 else f"{run}/ParameterServer-{shard}"
+
+
+def _serialized(method: Callable[..., Any]) -> Callable[..., Any]:
+    """One caller at a time: pushes arrive on compiled-graph threads beside the ordinary calls."""
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return call
 
 
 class ParameterServerShell(ParameterServer):
@@ -45,6 +60,7 @@ class ParameterServerShell(ParameterServer):
         self, cfg: Config, meta: CheckpointMeta, run_dir: str, run: str, shard: int = 0
     ) -> None:
         one_torch_thread()
+        self._lock = threading.RLock()
         self.run_dir = run_dir
         # The run directory may be a URI: restore from this node's copy of its checkpoints.
         self._start(cfg, meta, shard, newest_good_state(RunStorage(run_dir).download_checkpoints()))
@@ -53,6 +69,7 @@ class ParameterServerShell(ParameterServer):
             if ray.get_runtime_context().was_current_actor_reconstructed:
                 self.restarts += 1
         self._ref: tuple[int, Any] | None = None
+        self.graph_holders: set[int] = set()  # Workers pushing by compiled graph
         # One exporter of the run's counters: the coordinator's.
         self.metrics = ParameterServerMetrics(run, self) if shard == 0 else None
 
@@ -65,6 +82,7 @@ class ParameterServerShell(ParameterServer):
             restore = slice_state(restore, lo, hi)  # (another size is refused by the check)
         ParameterServer.__init__(self, cfg, init[lo:hi], meta, restore, shard)
 
+    @_serialized
     def reload(self, checkpoint: str | None) -> str:
         """Roll back to the checkpoint file a restarted shard restored from (its name; None: the
         initial weights), so that every shard holds the weights of one moment. Returns the new
@@ -81,19 +99,56 @@ class ParameterServerShell(ParameterServer):
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
+    @_serialized
+    def claim_graph(self, worker: int) -> bool:
+        """May Worker ``worker`` push by compiled graph? Not when ``ps.graph_workers`` do, nor
+        when its slot is still taken by a killed incarnation, whose loop still polls here."""
+        if worker in self.graph_holders or len(self.graph_holders) >= self.cfg.ps.graph_workers:
+            return False
+        self.graph_holders.add(worker)
+        return True
+
+    @_serialized
+    def release_graph(self, worker: int) -> None:
+        self.graph_holders.discard(worker)
+
+    def cpu_seconds(self) -> tuple[float, int]:
+        """CPU seconds of this process so far (every thread, Ray's too), and the pushes taken."""
+        with self._lock:
+            return time.process_time(), self.gradients_applied + self.gradients_dropped()
+
     def restore_info(self) -> tuple[str, str | None]:
         """This shard's lineage, and the checkpoint it last restored from."""
         return self.lineage, self.restored_from
 
-    def push(self, p: GradientPush) -> PushReply:
+    @_serialized
+    def push_inline(self, p: GradientPush) -> PushReply:
+        """A push whose reply carries the weights themselves (a compiled graph's channel)."""
         reply = ParameterServer.push(self, p)
         if self.metrics is not None:
             self.metrics.maybe_export(self)
+        return reply
+
+    def push(self, p: GradientPush) -> PushReply:
+        reply = self.push_inline(p)
         if reply.weights is not None and reply.weights.nbytes > WEIGHTS_BY_REF_BYTES:
             if self._ref is None or self._ref[0] != reply.version:
                 self._ref = (reply.version, ray.put(reply.weights))
             reply = reply._replace(weights=self._ref[1])
         return reply
+
+
+# The state the ordinary calls read or change, serialized with the pushes as well.
+for _name in (
+    "get_weights",
+    "progress",
+    "drain_stats",
+    "state_dict",
+    "set_workers",
+    "retire",
+    "request_stop",
+):
+    setattr(ParameterServerShell, _name, _serialized(getattr(ParameterServer, _name)))
 
 
 class ShardedServer:
@@ -161,14 +216,26 @@ class WorkerShell(Worker):
     def train(self, shards: list[Any]) -> WorkerResult:
         """Pull the newest weights from the ParameterServer's shard actors (coordinator first), then
         train until it says stop."""
-        server = ShardedServer(shards, self.cfg)
+        calls = ShardedServer(shards, self.cfg)
+        server: ShardedServer | GraphServer = calls
+        if self.cfg.ps.graph_workers > 0:
+            nodes = ray.get([h.node_id.remote() for h in shards])
+            server = GraphServer(calls, self.index, self.node_id(), nodes)
         self.handle_reply(server.pull())
 
         def push(p: GradientPush) -> PushReply:
             return server.send(p)()
 
-        result = self.run_overlapped(server.send) if self.cfg.algo.overlap_push else self.run(push)
-        return dataclasses.replace(result, node_id=self.node_id())
+        try:
+            if self.cfg.algo.overlap_push:
+                result = self.run_overlapped(server.send)
+            else:
+                result = self.run(push)
+        finally:
+            if isinstance(server, GraphServer):
+                server.close()
+        by_graph = server.pushes_by_graph if isinstance(server, GraphServer) else 0
+        return dataclasses.replace(result, node_id=self.node_id(), pushes_by_graph=by_graph)
 
 
 class MonitorShell(Monitor):
@@ -191,7 +258,12 @@ class MonitorShell(Monitor):
 
 
 def parameter_server_class() -> Any:
-    return actor_class(ParameterServerShell, "ParameterServer")
+    # Each Worker's compiled graph runs its loop on a thread of this group.
+    return actor_class(
+        ParameterServerShell,
+        "ParameterServer",
+        concurrency_groups={"_ray_system": GRAPH_THREADS},
+    )
 
 
 def worker_class() -> Any:

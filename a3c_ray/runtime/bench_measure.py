@@ -192,54 +192,84 @@ class _PushClient:
     """A synthetic Worker: pushes prepared gradients (no env, no backward) to the shards, keeping
     ``in_flight`` pushes outstanding, and takes each reply's weights as a Worker does."""
 
-    def __init__(self, cfg: Config, size: int, seed: int):
+    def __init__(self, cfg: Config, size: int, seed: int, graph: bool):
         self.cfg = cfg
         self.router = ShardRouter(size, cfg.ps.shards, cfg.ps.wire_dtype)
+        self.graph = graph
         # Split and put on the wire once: the client's own cost is not what is measured.
         self.pushes = [self.router.split(p) for p in _pushes(cfg, size, seed=seed)]
 
     def run(self, shards: list[Any], in_flight: int, seconds: float) -> dict[str, Any]:
+        """Keep ``in_flight`` pushes outstanding for ``seconds``; by compiled graphs, each is on
+        its own graphs (one per shard), as each Worker drives its own."""
         import ray
 
-        def send(i: int) -> tuple[float, list[Any]]:
+        lanes = [self._graphs(shards) for _ in range(in_flight)] if self.graph else []
+
+        def send(lane: int, i: int) -> tuple[int, float, list[Any]]:
             parts = self.pushes[i % len(self.pushes)][: len(shards)]  # (a shard alone: its part)
-            return time.perf_counter(), [
-                s.push.remote(q) for s, q in zip(shards, parts, strict=True)
-            ]
+            if lanes:
+                refs = [g.execute(q) for g, q in zip(lanes[lane], parts, strict=True)]
+            else:
+                refs = [s.push.remote(q) for s, q in zip(shards, parts, strict=True)]
+            return lane, time.perf_counter(), refs
 
         def take(refs: list[Any]) -> None:
-            for reply in ray.get(refs):
+            for reply in ray.get(refs) if not lanes else [ray.get(r) for r in refs]:
                 if isinstance(reply.weights, ray.ObjectRef):
                     ray.get(reply.weights)
 
-        for i in range(2):  # warm-up: first calls set up connections
-            take(send(i)[1])
-        latencies: list[float] = []
-        queue = deque(send(i) for i in range(in_flight))
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            sent, refs = queue.popleft()
-            take(refs)
-            latencies.append(time.perf_counter() - sent)
-            n += 1
-            queue.append(send(n))
-        elapsed = time.perf_counter() - t0
-        for _, refs in queue:
-            take(refs)
+        try:
+            # Warm-up: the first push of each graph, or two calls, set up the connections.
+            for lane in range(len(lanes)) if lanes else (0, 0):
+                take(send(lane, lane)[2])
+            latencies: list[float] = []
+            queue = deque(send(lane, lane) for lane in range(in_flight))
+            n, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                lane, sent, refs = queue.popleft()
+                take(refs)
+                latencies.append(time.perf_counter() - sent)
+                n += 1
+                queue.append(send(lane, n))
+            elapsed = time.perf_counter() - t0
+            for _, _, refs in queue:
+                take(refs)
+        finally:
+            for graphs in lanes:
+                for g in graphs:
+                    g.teardown()
         return {"pushes": n, "seconds": elapsed, "latencies": latencies}
+
+    def _graphs(self, shards: list[Any]) -> list[Any]:
+        from a3c_ray.runtime.graphs import compile_push
+
+        return [compile_push(s) for s in shards]
 
 
 def ps_load(
-    cfg: Config, seconds: float, in_flights: list[int], clients: int = 2, alone: bool = False
+    cfg: Config,
+    seconds: float,
+    in_flights: list[int],
+    clients: int = 2,
+    alone: bool = False,
+    graph: bool = False,
 ) -> list[dict[str, Any]]:
     """The ParameterServer alone, as ``cfg.ps`` shards it and puts it on the wire, under synthetic
     clients with each number of pushes in flight: applications/s and round-trip latencies.
 
     With ``alone``, only shard 0 runs, and the clients push it its slice alone: what one shard
     applies when each shard has a node to itself (on a cluster of S nodes, the S shards work in
-    parallel and the ParameterServer applies as many pushes as its slowest shard)."""
+    parallel and the ParameterServer applies as many pushes as its slowest shard).
+
+    With ``graph``, every push goes by compiled graph, one lane of graphs per push in flight, up
+    to the threads a shard keeps for them (larger counts are left out)."""
     import ray
 
+    from a3c_ray.runtime.graphs import GRAPH_THREADS
+
+    if graph:
+        in_flights = [n for n in in_flights if n <= GRAPH_THREADS]
     c = _bench_config(cfg)
     obs_space, act_space = env_spaces(c.env)
     meta = CheckpointMeta.of(c, obs_space.shape, action_size(act_space))
@@ -255,25 +285,31 @@ def ps_load(
         client_cls: Any = ray.remote(num_cpus=0)(_PushClient)
         try:
             ray.get([s.progress.remote() for s in shards])
-            pool = [client_cls.remote(c, size, seed) for seed in range(clients)]
+            pool = [client_cls.remote(c, size, seed, graph) for seed in range(clients)]
             for in_flight in in_flights:
                 used = pool[: min(clients, in_flight)]
                 shares = [
                     in_flight // len(used) + (i < in_flight % len(used)) for i in range(len(used))
                 ]
+                before = ray.get(shards[0].cpu_seconds.remote())
                 runs = ray.get(
                     [cl.run.remote(shards, k, seconds) for cl, k in zip(used, shares, strict=True)]
                 )
+                after = ray.get(shards[0].cpu_seconds.remote())
+                cpu_us = 1e6 * (after[0] - before[0]) / max(after[1] - before[1], 1)
                 lat = np.concatenate([r["latencies"] for r in runs]) * 1e3
                 out.append(
                     {
                         "shards": c.ps.shards,
                         "alone": alone,
                         "wire_dtype": c.ps.wire_dtype,
+                        "transport": "graph" if graph else "call",
                         "in_flight": in_flight,
                         "clients": len(used),
                         "applications_per_second": sum(r["pushes"] / r["seconds"] for r in runs),
                         "latency_ms_median": float(np.median(lat)) if lat.size else math.nan,
+                        # CPU of shard 0's process (Ray's threads in it too) per push it took.
+                        "ps_cpu_us_per_application": cpu_us,
                         "latency_ms_p90": float(np.percentile(lat, 90)) if lat.size else math.nan,
                     }
                 )

@@ -304,6 +304,8 @@ class Run:
             version=p.version,
             resumed_from=self.restored_from,
             worker_nodes=nodes,
+            pushes=sum(r.pushes for r in self.results.values()),
+            pushes_by_graph=sum(r.pushes_by_graph for r in self.results.values()),
             ps_nodes=self.ps_group.nodes(),
             run_id=self.run_id,
             run_dir=str(self.run_dir),

@@ -11,11 +11,12 @@ NAMESPACE = "a3c-ray"
 """The Ray namespace of every run's named actors: ``<run-id>/ParameterServer``, ``.../Worker-<i>``."""
 
 
-def actor_class(shell: type, name: str) -> Any:
-    """A Ray actor class from ``shell``, shown in the dashboard under ``name`` (ParameterServer, ...)."""
+def actor_class(shell: type, name: str, **options: Any) -> Any:
+    """A Ray actor class from ``shell``, shown in the dashboard under ``name`` (ParameterServer,
+    ...), with the ``options`` only ``ray.remote`` takes (``concurrency_groups``)."""
     shell.__name__ = name
     shell.__qualname__ = name
-    return ray.remote(shell)
+    return ray.remote(**options)(shell) if options else ray.remote(shell)
 
 
 def one_torch_thread() -> None:
