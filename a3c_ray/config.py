@@ -159,7 +159,8 @@ class PSConfig:
     graph_workers: int = 4
     """Workers on a shard's node that push to it through a Ray compiled graph (shared-memory
     channels, no per-call scheduling) instead of an actor call; each costs the shard a thread
-    that polls its channel. The others push by actor calls. 0: actor calls only."""
+    that polls its channel all the time. The others, and Workers on other nodes, push by actor
+    calls. 0: actor calls only."""
 
 
 @dataclass

@@ -368,7 +368,7 @@ def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:
 
 # -- stability (--seeds) ------------------------------------------------------------------------
 def test_seed_result_reads_first_target_lowest_after_it_and_final() -> None:
-    from a3c_ray.commands.bench_stability import seed_result
+    from a3c_ray.commands.stability_score import seed_result
 
     means = np.array([10.0] * 99 + [300, 460, 470, 320, 480, 455])
     steps = np.arange(len(means)) * 100.0
@@ -391,7 +391,7 @@ def test_seed_result_reads_first_target_lowest_after_it_and_final() -> None:
 
 
 def test_seed_result_needs_a_full_window_of_100_episodes() -> None:
-    from a3c_ray.commands.bench_stability import seed_result
+    from a3c_ray.commands.stability_score import seed_result
 
     means = np.array([500.0] * 99)  # 99 perfect episodes: not yet a mean of the last 100
     r = seed_result(0, np.arange(99.0), np.arange(99.0), means, 450, 300, 99, 1.0)
@@ -401,7 +401,7 @@ def test_seed_result_needs_a_full_window_of_100_episodes() -> None:
 
 def test_stability_summary_counts_and_medians() -> None:
     from a3c_ray.commands.bench_report import format_stability
-    from a3c_ray.commands.bench_stability import SeedResult, summarize
+    from a3c_ray.commands.stability_score import SeedResult, summarize
 
     runs = [
         SeedResult(0, 500, 10.0, 80_000, 15.0, 500.0, 420.0, True, True),

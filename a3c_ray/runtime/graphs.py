@@ -45,6 +45,8 @@ def compile_push(shard: Any) -> Any:
     """A compiled graph that takes one push to ``shard`` and returns its reply."""
     from ray.dag import InputNode
 
+    # Ray narrates every compile and teardown at INFO; a run's output keeps to warnings.
+    logging.getLogger("ray.dag.compiled_dag_node").setLevel(logging.WARNING)
     with InputNode() as inp:
         dag = shard.push_inline.bind(inp)
     return dag.experimental_compile(_submit_timeout=GET_TIMEOUT)
