@@ -257,6 +257,8 @@ def test_short_pong_run_checkpoints_and_evaluates(
 def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -> None:
     """The CNN's ~2.7 MB of weights go into Ray's object store once per version; replies carry the
     ref, so Workers read shared memory instead of each getting its own serialized copy."""
+    import threading
+
     import ray
 
     from a3c_ray.algo.messages import GradientPush, PushReply
@@ -268,6 +270,8 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
         """The plain ParameterServer with the attributes the actor's push expects."""
 
         _ref = None
+        _lock = threading.RLock()
+        push_inline = ParameterServerShell.push_inline
 
         class metrics:
             @staticmethod
