@@ -24,6 +24,13 @@ from a3c_ray.runtime.driver import train
 
 from .conftest import free_port, small_config
 
+
+def interruptible() -> None:
+    """In the child, before exec: Ctrl-C's default, which a suite started in the background
+    (``cmd &``, where the shell ignores SIGINT) would otherwise pass on as ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 pytestmark = pytest.mark.ray
 
 
@@ -254,6 +261,7 @@ def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "RAY_ADDRESS": ""},
+        preexec_fn=interruptible,
     )
     try:
         deadline = time.monotonic() + 120
@@ -292,6 +300,7 @@ def test_two_runs_side_by_side_each_get_a_dashboard(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=interruptible,
     )
     try:
         deadline = time.monotonic() + 120

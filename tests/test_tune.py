@@ -228,7 +228,7 @@ def test_pbt_continues_a_poor_trial_from_a_good_ones_checkpoint(
             "space": {"algo.lr": "choice([1e-4, 7e-3])"},
             "num_samples": 2,
             "scheduler": "pbt",
-            "perturbation_steps": 6000,
+            "perturbation_steps": 3000,
             "quantile_fraction": 0.5,
         },
         run={"max_steps": 30000},
