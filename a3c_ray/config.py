@@ -144,8 +144,7 @@ class MonitorConfig:
     """Record one eval episode to TensorBoard as a video every Nth evaluation; 0 never."""
 
 
-MAX_GRAPH_WORKERS = 32
-"""The most ``ps.graph_workers``: the threads each shard keeps for compiled graphs."""
+MAX_GRAPH_WORKERS = 32  # the most ps.graph_workers: each shard's threads for compiled graphs
 
 
 @dataclass

@@ -17,6 +17,7 @@ from a3c_ray.commands.bench_plot import episode_seconds, moving_mean
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError
 from a3c_ray.runtime import bench_measure as bm
+from a3c_ray.runtime import ps_measure as pm
 
 TINY = ["--workers", "1", "--envs-per-worker", "2", "--seconds", "1.5"]
 TINY += ["--raw-seconds", "0.5", "--ps-seconds", "0.5", "--in-flight", "4"]
@@ -139,7 +140,7 @@ def test_raw_limit_steps_the_envs_and_reports_its_split() -> None:
 
 
 def test_parameter_server_in_process_applies_gradients() -> None:
-    r = bm.ps_in_process(Config(), seconds=0.2)
+    r = pm.ps_in_process(Config(), seconds=0.2)
     assert r["applications_per_second"] > 0
     assert r["us_per_application"] == pytest.approx(1e6 / r["applications_per_second"])
 

@@ -34,6 +34,7 @@ from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
 from a3c_ray.runtime import bench_measure as bm
 from a3c_ray.runtime import cluster
+from a3c_ray.runtime import ps_measure as pm
 
 
 def _counts(text: str) -> list[int]:
@@ -187,8 +188,8 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
                 ale.append(raw_ale_fps(cfg, args.raw_seconds))
             ps_runs.append(
                 {
-                    "in_process": bm.ps_in_process(cfg, args.ps_seconds),
-                    "actor": bm.ps_actor(cfg, args.ps_seconds, args.in_flight),
+                    "in_process": pm.ps_in_process(cfg, args.ps_seconds),
+                    "actor": pm.ps_actor(cfg, args.ps_seconds, args.in_flight),
                 }
             )
             for n in counts:

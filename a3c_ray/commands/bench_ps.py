@@ -27,6 +27,7 @@ from a3c_ray.algo.wire import WIRE_DTYPES
 from a3c_ray.config import Config
 from a3c_ray.runtime import bench_measure as bm
 from a3c_ray.runtime import cluster
+from a3c_ray.runtime import ps_measure as pm
 
 IN_FLIGHT = [1, 8, 32, 128]
 BEST_KEYS = ("transport", "shards", "wire_dtype", "in_flight")
@@ -119,7 +120,7 @@ def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
                     c.ps.shards, c.ps.wire_dtype = shards, dtype
                     for alone in (False, True) if shards > 1 else (False,):
                         for transport in args.transport:
-                            for r in bm.ps_load(
+                            for r in pm.ps_load(
                                 c,
                                 args.ps_seconds,
                                 args.pushes_in_flight,

@@ -112,10 +112,10 @@ class ParameterServerShell(ParameterServer):
     def release_graph(self, worker: int) -> None:
         self.graph_holders.discard(worker)
 
+    @_serialized
     def cpu_seconds(self) -> tuple[float, int]:
         """CPU seconds of this process so far (every thread, Ray's too), and the pushes taken."""
-        with self._lock:
-            return time.process_time(), self.gradients_applied + self.gradients_dropped()
+        return time.process_time(), self.gradients_applied + self.gradients_dropped()
 
     def restore_info(self) -> tuple[str, str | None]:
         """This shard's lineage, and the checkpoint it last restored from."""

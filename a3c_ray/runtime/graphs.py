@@ -115,7 +115,7 @@ class GraphServer:
             return self.calls.send(p)
         router = self.calls.router
         parts = router.split(p)
-        graphs = dict(self.graphs)
+        graphs = self.graphs  # (a failure rebinds self.graphs; this push keeps its own)
         try:
             refs = [
                 graphs[k].execute(q) if k in graphs else h.push.remote(q)
