@@ -314,6 +314,20 @@ def test_successful_saves_leave_no_temp_files(tmp_path: Path) -> None:
     ]
 
 
+def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_manager_removes(
+    tmp_path: Path,
+) -> None:
+    """A Monitor killed between a temp file and its rename leaves the file; the restarted Monitor's
+    manager removes it and keeps every checkpoint and pointer."""
+    CheckpointManager(tmp_path, keep=2).save(make_state(env_steps=7), eval_return=1.0)
+    (tmp_path / ".latest.abc123.tmp").write_bytes(b"ckpt-")
+    (tmp_path / ".ckpt-9.pt.def456.tmp").write_bytes(b"PK")
+    CheckpointManager(tmp_path, keep=2)
+    assert leftovers(tmp_path) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "ckpt-7.pt", "latest"]
+    assert load_checkpoint(tmp_path / "latest")["env_steps"] == 7
+
+
 # -- bad files ------------------------------------------------------------------------------
 
 

@@ -90,6 +90,11 @@ class CheckpointManager:
         self.on_write = on_write or (lambda p: None)
         self.on_delete = on_delete or (lambda p: None)
         self.best_return: float | None = None
+        # A writer killed between its temp file and the rename left that file behind; this
+        # directory has one writer, starting now, so no temp file in it is being written.
+        for stale in self.dir.glob(".*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
         best = self.dir / layout.BEST
         if best.exists():
             with contextlib.suppress(CheckpointError, OSError):
