@@ -286,7 +286,7 @@ def test_bench_json_parses_with_every_figure(
         assert ps[key] > 0
     (t,) = r["training"]
     assert t["workers"] == 1 and t["env_steps_per_second"] > 0 and t["updates_per_second"] > 0
-    assert 0.5 <= t["seconds"] <= 2.0  # the window after the warm-up
+    assert 0 < t["seconds"] <= 2.5  # the window after the warm-up, or the whole run if too short
     assert t["ratio"] == pytest.approx(t["env_steps_per_second"] / r["raw"]["env_steps_per_second"])
     assert r["ratio"] == t["ratio"] and t["staleness_mean"] >= 0 and t["staleness_max"] >= 0
     (w,) = t["per_worker"]

@@ -20,25 +20,32 @@ from .conftest import named_actor, small_config, wait_for
 pytestmark = pytest.mark.ray
 
 
-def in_background(fn: Callable[[], None]) -> list[BaseException]:
-    """Run ``fn`` in a thread; exceptions are collected so the test can assert none happened."""
-    errors: list[BaseException] = []
+class InBackground:
+    """``fn`` run in a thread; ``check`` waits for it to end and says whether it did its part."""
 
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as e:
-            errors.append(e)
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.errors: list[BaseException] = []
 
-    threading.Thread(target=target, daemon=True).start()
-    return errors
+        def target() -> None:
+            try:
+                fn()
+            except BaseException as e:
+                self.errors.append(e)
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def check(self) -> None:
+        self.thread.join(timeout=120)
+        assert not self.thread.is_alive(), "the fault was never injected"
+        assert not self.errors, self.errors
 
 
 def trains_to_max_steps_despite(cfg: Config, fault: Callable[[], None]) -> RunSummary:
     """Train with ``fault`` injected from a thread; the run must end at max_steps, exit 0."""
-    errors = in_background(fault)
+    fault_thread = InBackground(fault)
     result = train(cfg)
-    assert not errors, errors
+    fault_thread.check()
     s = result.summary
     assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
     return s
@@ -58,9 +65,9 @@ def test_killed_worker_is_restarted_and_only_its_rollout_is_lost(
         wait_for(lambda: progress(run_dir).env_steps > 5_000, what="training to start")
         ray.kill(named_actor("Worker-1", run_dir), no_restart=False)
 
-    errors = in_background(kill)
+    killer = InBackground(kill)
     result = train(cfg)
-    assert not errors, errors
+    killer.check()
     s = result.summary
     assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
     assert s["worker_restarts"] == 1 and any("worker 1" in f for f in s["failures"])
@@ -117,8 +124,8 @@ def test_killed_shard_comes_back_and_every_shard_rolls_back_to_its_checkpoint(
         wait_for(
             lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 2, what="two checkpoints"
         )
-        seen["steps_before"] = progress(run_dir).env_steps
-        shard = named_actor("ParameterServer-1", run_dir)
+        shard = named_actor("ParameterServer-1", run_dir)  # looked up first: the kill follows
+        seen["steps_before"] = progress(run_dir).env_steps  # the reading with no wait between
         ray.kill(shard, no_restart=False)
         wait_for(lambda: progress(run_dir).ps_restarts >= 1, what="the coordinator's rollback")
         after = progress(run_dir)
@@ -149,9 +156,9 @@ def test_killed_monitor_is_restarted_and_no_checkpoint_is_corrupted(
         wait_for(lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 1, what="a checkpoint")
         ray.kill(named_actor("Monitor", run_dir), no_restart=False)
 
-    errors = in_background(kill)
+    killer = InBackground(kill)
     result = train(cfg)
-    assert not errors, errors
+    killer.check()
     assert result.exit_code == 0 and result.summary["stopped_because"] == "max_steps"
     ckpts = list_checkpoints(run_dir / "checkpoints")
     assert ckpts and all(load_checkpoint(c)["format"] for c in ckpts)

@@ -85,7 +85,7 @@ def live_run(
     cfg = small_config(
         run_dir,
         run__max_steps=10_000_000,
-        run__time_limit=120.0,
+        run__time_limit=900.0,  # a safety net: the fixture stops the run
         monitor__eval_every=1.0,
         monitor__video_every=2,
         run__restart_backoff=0.1,
