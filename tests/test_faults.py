@@ -65,11 +65,7 @@ def test_killed_worker_is_restarted_and_only_its_rollout_is_lost(
         wait_for(lambda: progress(run_dir).env_steps > 5_000, what="training to start")
         ray.kill(named_actor("Worker-1", run_dir), no_restart=False)
 
-    killer = InBackground(kill)
-    result = train(cfg)
-    killer.check()
-    s = result.summary
-    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    s = trains_to_max_steps_despite(cfg, kill)
     assert s["worker_restarts"] == 1 and any("worker 1" in f for f in s["failures"])
     assert s["env_steps"] >= 40_000 and s["ps_restarts"] == 0
 
@@ -156,17 +152,11 @@ def test_killed_monitor_is_restarted_and_no_checkpoint_is_corrupted(
         wait_for(lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 1, what="a checkpoint")
         ray.kill(named_actor("Monitor", run_dir), no_restart=False)
 
-    killer = InBackground(kill)
-    result = train(cfg)
-    killer.check()
-    assert result.exit_code == 0 and result.summary["stopped_because"] == "max_steps"
+    s = trains_to_max_steps_despite(cfg, kill)
     ckpts = list_checkpoints(run_dir / "checkpoints")
     assert ckpts and all(load_checkpoint(c)["format"] for c in ckpts)
     assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
-    assert (
-        load_checkpoint(run_dir / "checkpoints" / "latest")["env_steps"]
-        == result.summary["env_steps"]
-    )
+    assert load_checkpoint(run_dir / "checkpoints" / "latest")["env_steps"] == s["env_steps"]
 
 
 def test_env_that_raises_is_recreated_and_counted(ray_session: None, tmp_path: Path) -> None:

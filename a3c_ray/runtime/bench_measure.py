@@ -141,7 +141,8 @@ def raw_limit_parallel(cfg: Config, seconds: float, processes: int) -> dict[str,
     }
 
 
-def _bench_config(cfg: Config) -> Config:
+def bench_config(cfg: Config) -> Config:
+    """A copy of ``cfg`` that trains until the bench stops it: no target, time or step limit."""
     c = copy.deepcopy(cfg)
     c.run.target_return, c.run.time_limit, c.run.max_steps = None, None, 2**62
     return c
@@ -160,7 +161,7 @@ class _MeasuredRun(driver.Run):
 
 def train_throughput(cfg: Config, workers: int, seconds: float) -> dict[str, Any]:
     """Train for ``WARMUP_SECONDS + seconds`` with ``workers`` Workers; rates over the last ``seconds``."""
-    c = _bench_config(cfg)
+    c = bench_config(cfg)
     c.run.workers, c.run.time_limit, c.run.progress = workers, WARMUP_SECONDS + seconds, False
     with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
         run = _MeasuredRun(c, Path(tmp) / f"bench-{workers}w", workers)

@@ -21,7 +21,7 @@ from a3c_ray.config import Config, PSConfig
 from a3c_ray.envs.make import action_size, env_spaces
 from a3c_ray.rundir import layout
 from a3c_ray.runtime import actors, placement
-from a3c_ray.runtime.bench_measure import _bench_config, model_size
+from a3c_ray.runtime.bench_measure import bench_config, model_size
 from a3c_ray.runtime.graphs import GRAPH_THREADS, compile_push
 
 
@@ -40,7 +40,7 @@ def _pushes(cfg: Config, size: int, n: int = 8, seed: int = 0) -> list[GradientP
 
 def ps_in_process(cfg: Config, seconds: float) -> dict[str, float]:
     """Applications per second of a plain ParameterServer: check, clip, optimizer step, weights."""
-    c = _bench_config(cfg)
+    c = bench_config(cfg)
     c.ps = PSConfig()  # one whole server, nothing on a wire
     obs_space, act_space = env_spaces(c.env)
     threads = torch.get_num_threads()
@@ -134,7 +134,7 @@ def ps_load(
 
     if graph:
         in_flights = [n for n in in_flights if n <= GRAPH_THREADS]
-    c = _bench_config(cfg)
+    c = bench_config(cfg)
     obs_space, act_space = env_spaces(c.env)
     meta = CheckpointMeta.of(c, obs_space.shape, action_size(act_space))
     size = model_size(c)
