@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
+	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
 	touch $@
 
 venv: $(BIN)/.installed

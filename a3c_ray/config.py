@@ -38,6 +38,10 @@ class EnvConfig:
     """Override of the env's own time limit; episodes cut by it are truncated, not terminated. For Atari it counts agent steps of 4 frames (ALE's own cap is 108,000 frames)."""
     frame_stack: int | None = None
     """Observations stacked into one, oldest first. null: 4 for Atari (the papers' input to the feed-forward CNN), none for other envs. With ``model.lstm`` on Atari, 1 is enough: the LSTM state carries the motion."""
+    screen_size: int = 84
+    """Atari: the side of the square grayscale frame the screen is resized to (84, the papers'; 42, the input of the A3C references that learn Pong in minutes, a quarter of the pixels)."""
+    max_pool: bool = True
+    """Atari: skip frames in the preprocessing and take the maximum of the last two of each 4 (the papers', for games whose sprites flicker); false: the emulator skips the frames itself and the last one is seen (``PongDeterministic-v4``'s way), about a third less CPU per agent step."""
     repeat_action_probability: float | None = None
     """Atari sticky actions: the chance that the emulator repeats the previous action at each frame instead of the new one. null keeps the id's default: 0.25 for ``ALE/*-v5``, 0 for ``*NoFrameskip-v4``; 0 is the deterministic emulator of the A3C paper."""
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -49,11 +53,11 @@ class EnvConfig:
 @dataclass
 class ModelConfig:
     kind: str = "auto"
-    """Network body: ``mlp``; ``cnn``, the A3C paper's (16 8x8/4, 32 4x4/2 convolutions, 256 units); ``nature_cnn`` (32 8x8/4, 64 4x4/2, 64 3x3/1, 512 units); ``auto``: ``cnn`` for image observations [C, H, W], else ``mlp``."""
+    """Network body: ``mlp``; ``cnn``, the A3C paper's (16 8x8/4, 32 4x4/2 convolutions, 256 units); ``nature_cnn`` (32 8x8/4, 64 4x4/2, 64 3x3/1, 512 units); ``small_cnn`` (four 32 3x3/2 convolutions with ELU, 256 units: the A3C references' network for 42x42 frames); ``auto``: ``cnn`` for image observations [C, H, W], else ``mlp``."""
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     """Widths of the MLP's hidden layers (the CNNs have their papers' fixed sizes)."""
     activation: str = "tanh"
-    """Activation of the MLP's hidden layers: ``tanh`` or ``relu``."""
+    """Activation of the MLP's hidden layers: ``tanh``, ``relu`` or ``elu``."""
     lstm: bool = False
     """Put an LSTM cell between the body and the heads (the paper's A3C LSTM), for any body. Its state is carried across rollouts per env and zeroed at each episode start."""
     lstm_size: int = 256
@@ -314,6 +318,10 @@ class Config:
         need(
             e.frame_stack is None or e.frame_stack >= 1,
             f"env.frame_stack: must be >= 1 or null, got {e.frame_stack}",
+        )
+        need(
+            8 <= e.screen_size <= 210,
+            f"env.screen_size: must be between 8 and 210 pixels, got {e.screen_size}",
         )
         need(
             e.repeat_action_probability is None or 0.0 <= e.repeat_action_probability <= 1.0,

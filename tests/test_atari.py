@@ -74,6 +74,27 @@ def test_atari_observations_are_stacked_84x84_grayscale_uint8_at_frame_skip_4() 
     env.close()
 
 
+def test_without_max_pool_the_emulator_skips_frames_and_frames_shrink_to_screen_size() -> None:
+    cfg = EnvConfig(id=PONG, max_pool=False, screen_size=42)
+    obs_space, _ = env_spaces(cfg)
+    assert obs_space.shape == (4, 42, 42) and obs_space.dtype == np.uint8
+    env = make_env(cfg)
+    assert env.unwrapped._frameskip == FRAME_SKIP  # type: ignore[attr-defined]
+    obs, _ = env.reset(seed=0)
+    before = ale(env).getEpisodeFrameNumber()
+    for _ in range(10):
+        obs, *_ = env.step(0)
+    assert ale(env).getEpisodeFrameNumber() - before == 10 * FRAME_SKIP
+    assert obs.shape == (4, 42, 42) and obs.max() > obs.min()
+    # The no-op start is counted in the emulator's steps of FRAME_SKIP frames: at most NOOP_MAX.
+    frames = set()
+    for seed in range(12):
+        env.reset(seed=seed)
+        frames.add(ale(env).getEpisodeFrameNumber())
+    env.close()
+    assert all(FRAME_SKIP <= f <= NOOP_MAX for f in frames) and len(frames) > 3, frames
+
+
 def test_no_op_starts_take_1_to_30_frames() -> None:
     env = make_eval_env(EnvConfig(id=PONG))
     frames = []

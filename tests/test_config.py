@@ -189,7 +189,7 @@ def test_set_keeps_string_fields_as_strings() -> None:
     cfg.set("model.activation", "null")
     assert cfg.model.activation == "null"
     assert cfg.validate(choices.problems) == [
-        "model.activation: must be one of tanh, relu, got 'null'"
+        "model.activation: must be one of tanh, relu, elu, got 'null'"
     ]
 
 

@@ -42,15 +42,40 @@ def conv_params(c_in: int, c_out: int, k: int) -> int:
             + 3136 * 512
             + 512,
         ),
+        # 84 -> 42 -> 21 -> 11 -> 6: 32 * 6 * 6 = 1152 features into 256 units.
+        (
+            "small_cnn",
+            conv_params(4, 32, 3) + 3 * conv_params(32, 32, 3) + 1152 * 256 + 256,
+        ),
     ],
 )
 def test_cnn_bodies_have_the_papers_layers(kind: str, expected: int) -> None:
     model = build_model(ModelConfig(kind=kind), (4, 84, 84), 6)
-    hidden = 256 if kind == "cnn" else 512
+    hidden = 512 if kind == "nature_cnn" else 256
     heads = hidden * 6 + 6 + hidden + 1
     assert num_params(model) == expected + heads
     logits, value, state = model(torch.zeros(3, 4, 84, 84, dtype=torch.uint8))
     assert logits.shape == (3, 6) and value.shape == (3,) and state == ()
+
+
+def test_small_cnn_on_42x42_frames_ends_in_3x3x32_features() -> None:
+    # 42 -> 21 -> 11 -> 6 -> 3, the references' network for their 42x42 input.
+    model = build_model(ModelConfig(kind="small_cnn"), (1, 42, 42), 6)
+    linear = [m for m in model.body if isinstance(m, torch.nn.Linear)]
+    assert linear[0].in_features == 3 * 3 * 32
+    assert any(isinstance(m, torch.nn.ELU) for m in model.body)
+
+
+def test_channels_last_inside_the_body_changes_no_output() -> None:
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(kind="cnn"), (4, 42, 42), 6)
+    frames = torch.randint(0, 256, (3, 4, 42, 42), dtype=torch.uint8)
+    logits, value, _ = model(frames)
+    x = frames.float() / 255.0
+    for layer in list(model.body)[1:]:  # the same layers on a default-layout input
+        x = layer(x)
+    torch.testing.assert_close(logits, model.policy(x))
+    torch.testing.assert_close(value, model.value(x).squeeze(-1))
 
 
 def test_lstm_head_adds_256_cells_after_the_cnn() -> None:

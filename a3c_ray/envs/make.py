@@ -33,7 +33,6 @@ from a3c_ray.envs.faults import register as register_fault_envs
 
 NOOP_MAX = 30
 FRAME_SKIP = 4
-SCREEN_SIZE = 84
 ATARI_FRAME_STACK = 4
 MASKED_CARTPOLE_ID = "a3c_ray/MaskedCartPole-v1"
 
@@ -275,17 +274,23 @@ class LifeLossTerminal(gym.Wrapper[Any, Any, Any, Any]):
 
 
 def _make_atari(cfg: EnvConfig, training: bool, render_mode: str | None) -> gym.Env[Any, Any]:
-    # The preprocessing skips frames itself and reads the screen from the emulator: a grayscale
-    # base observation is the cheapest one for ALE to hand over at every frame.
-    kwargs: dict[str, Any] = {"frameskip": 1, "obs_type": "grayscale"}
+    # A grayscale base observation is the cheapest one for ALE to hand over. With max_pool the
+    # preprocessing skips frames itself, reading the screen at the last two of each FRAME_SKIP;
+    # without, the emulator repeats the action FRAME_SKIP times in one call and only the last
+    # screen is read, and the no-op start counts in those steps (up to NOOP_MAX frames either way).
+    skip_in_emulator = not cfg.max_pool
+    kwargs: dict[str, Any] = {
+        "frameskip": FRAME_SKIP if skip_in_emulator else 1,
+        "obs_type": "grayscale",
+    }
     if cfg.repeat_action_probability is not None:
         kwargs["repeat_action_probability"] = cfg.repeat_action_probability
     env = _base_env(cfg, render_mode, **kwargs)
     env = gym.wrappers.AtariPreprocessing(
         env,
-        noop_max=NOOP_MAX,
-        frame_skip=FRAME_SKIP,
-        screen_size=SCREEN_SIZE,
+        noop_max=NOOP_MAX // FRAME_SKIP if skip_in_emulator else NOOP_MAX,
+        frame_skip=1 if skip_in_emulator else FRAME_SKIP,
+        screen_size=cfg.screen_size,
         grayscale_obs=True,
         terminal_on_life_loss=False,  # its version resets the game at each life; see LifeLossTerminal
         scale_obs=False,
