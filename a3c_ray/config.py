@@ -130,6 +130,8 @@ class RunConfig:
     """Restarts allowed per Worker slot; one more failure stops the run with an error."""
     restart_backoff: float = 1.0
     """Seconds before restarting a failed Worker, doubled for each further failure of that slot."""
+    stop_grace: float = 15.0
+    """Seconds a stopping run (target, a limit, Ctrl-C, SIGTERM) waits for its Workers' last pushes. A Worker that has not started by then (no free CPU for it) is not waited for at all, and one still busy after it (stuck in its env) is killed: a run ends within this bound plus its final checkpoint."""
 
 
 @dataclass
@@ -390,6 +392,7 @@ class Config:
             r.max_worker_restarts >= 0,
             f"run.max_worker_restarts: must be >= 0, got {r.max_worker_restarts}",
         )
+        need(r.stop_grace >= 0, f"run.stop_grace: must be >= 0 seconds, got {r.stop_grace}")
         need(
             r.restart_backoff >= 0,
             f"run.restart_backoff: must be >= 0 seconds, got {r.restart_backoff}",

@@ -22,7 +22,9 @@ from a3c_ray.algo.returns import gae
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
 from a3c_ray.envs.faults import count_failures
-from a3c_ray.envs.make import clip_actions, make_vector_env
+from a3c_ray.envs.make import clip_actions, emulator_seconds, make_vector_env
+
+TIMING_KEYS = ("env", "emulator", "forward", "backward", "push", "wait", "pull")
 
 
 class Rollout(NamedTuple):
@@ -70,7 +72,11 @@ class Worker:
         self.reset_next = np.zeros(k, dtype=bool)
         self.env_steps = 0
         self.pushes = 0
-        self.timings = {"env": 0.0, "forward": 0.0, "backward": 0.0, "wait": 0.0}
+        # Seconds in each part of a Worker's loop. ``emulator`` is the part of ``env`` spent inside
+        # the Atari emulator (0 for other envs); ``push`` hands a gradient to the transport,
+        # ``wait`` blocks for the reply, ``pull`` loads the weights it brought.
+        self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
+        self._emulator_start = emulator_seconds()
 
     def set_weights(self, flat: np.ndarray, version: int, lineage: str = "") -> None:
         set_flat_params(self.model, flat)
@@ -223,7 +229,9 @@ class Worker:
 
     def handle_reply(self, reply: PushReply) -> None:
         if reply.weights is not None:
+            t0 = time.perf_counter()
             self.set_weights(np.asarray(reply.weights), reply.version, reply.lineage)
+            self.timings["pull"] += time.perf_counter() - t0
 
     def run(self, push: Callable[[GradientPush], PushReply]) -> WorkerResult:
         """Train until the ParameterServer says stop; ``push`` makes the round trip."""
@@ -232,8 +240,8 @@ class Worker:
             p = self.train_step()
             t0 = time.perf_counter()
             reply = push(p)
-            self.handle_reply(reply)
             self.timings["wait"] += time.perf_counter() - t0
+            self.handle_reply(reply)
             self.pushes += 1
             if reply.stop:
                 break
@@ -253,16 +261,17 @@ class Worker:
         waiting: Callable[[], PushReply] | None = None
         while True:
             p = self.train_step()
-            t0 = time.perf_counter()
             if waiting is not None:
+                t0 = time.perf_counter()
                 reply = waiting()
+                self.timings["wait"] += time.perf_counter() - t0
                 self.handle_reply(reply)
                 if reply.stop:
-                    self.timings["wait"] += time.perf_counter() - t0
                     break
+            t0 = time.perf_counter()
             waiting = send(p)
+            self.timings["push"] += time.perf_counter() - t0
             self.pushes += 1
-            self.timings["wait"] += time.perf_counter() - t0
         return self._result(start)
 
     def _result(self, start: float) -> WorkerResult:
@@ -270,5 +279,9 @@ class Worker:
             worker=self.index,
             env_steps=self.env_steps,
             pushes=self.pushes,
-            timings={**self.timings, "total": time.perf_counter() - start},
+            timings={
+                **self.timings,
+                "emulator": emulator_seconds() - self._emulator_start,
+                "total": time.perf_counter() - start,
+            },
         )

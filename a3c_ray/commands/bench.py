@@ -27,7 +27,7 @@ from typing import Any
 from a3c_ray.algo import choices
 from a3c_ray.commands import bench_ps
 from a3c_ray.commands import bench_stability as bs
-from a3c_ray.commands.bench_report import format_report
+from a3c_ray.commands.bench_report import format_profile, format_report
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
 from a3c_ray.errors import ConfigError
@@ -114,6 +114,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "Ray on this machine holds 8265)",
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of the throughput report: where each Worker's time goes per agent step "
+        "(emulator, preprocessing, forward, backward, push, pull, waiting), with the "
+        "ParameterServer's and the network's costs, over --seconds of training",
+    )
     p.add_argument(
         "--plot-runs",
         nargs="+",
@@ -251,6 +258,43 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
     }
 
 
+def profile(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
+    """Where an agent step's time goes, ``args.repeat`` times (the median run by env steps/s)."""
+    load_before = os.getloadavg()[0]
+    runs = []
+    with cluster.session(cfg, cfg.run.workers or 1, args.address, args.dashboard_port):
+        for _ in range(args.repeat):
+            runs.append(bm.train_throughput(cfg, cfg.run.workers or 1, args.seconds))
+        ps = pm.ps_in_process(cfg, args.ps_seconds)
+    run = median_run(runs, "env_steps_per_second")
+    steps_per_push = cfg.env.num_envs * cfg.algo.t_max
+    return {
+        "machine": {
+            **machine(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg()[0],
+        },
+        "settings": {
+            "env": cfg.env.id,
+            "model": cfg.model.kind,
+            "lstm": cfg.model.lstm,
+            "screen_size": cfg.env.screen_size,
+            "max_pool": cfg.env.max_pool,
+            "envs_per_worker": cfg.env.num_envs,
+            "t_max": cfg.algo.t_max,
+            "workers": cfg.run.workers,
+            "seconds": args.seconds,
+            "repeat": args.repeat,
+        },
+        "env_steps_per_second": run["env_steps_per_second"],
+        "runs": [r["env_steps_per_second"] for r in runs],
+        "per_worker": run["per_worker"],
+        "ps_us_per_push": ps["us_per_application"],
+        "ps_us_per_step": ps["us_per_application"] / steps_per_push,
+        "network": bm.network_costs(cfg),
+    }
+
+
 def raw_ale_fps(cfg: Config, seconds: float) -> float:
     """Frames/s of one bare emulator (``atari_bench.raw_ale_fps``), for roughly ``seconds``."""
     from a3c_ray.runtime.atari_bench import raw_ale_fps as bare
@@ -351,6 +395,10 @@ def run(args: argparse.Namespace) -> int:
         return bs.run_stability(cfg, args)
     if args.ps_scale:
         return bench_ps.run_ps_scale(cfg, args)
+    if args.profile:
+        report = profile(cfg, args)
+        print(json.dumps(report) if args.json else format_profile(report))
+        return 0
     counts = sorted({*(args.scaling or []), cfg.run.workers})
     report = measure(cfg, counts, args)
     print(json.dumps(report) if args.json else format_report(report))

@@ -41,7 +41,8 @@ def render(records: list[dict[str, Any]]) -> str:
             + (f" | stopping: {r['stop_reason']}" if r["stop_reason"] else "")
         )
         for w in r["workers"]:
-            lines.append(f"  {w['worker']:<10} {w['state']:<11} node {w['node_id']}")
+            where = f"({w['reason']})" if w.get("reason") else f"node {w['node_id']}"
+            lines.append(f"  {w['worker']:<10} {w['state']:<11} {where}")
     return "\n".join(lines)
 
 

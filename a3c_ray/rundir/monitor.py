@@ -78,13 +78,15 @@ class Monitor:
     def _mirror(self, path: Path) -> None:
         self.storage.upload(self._rel(path))
 
-    def tick(self, force_eval: bool = False) -> dict[str, Any]:
-        """Chart what happened since the last tick; evaluate and checkpoint when due (or forced)."""
+    def tick(self, force_eval: bool = False, evaluate: bool = True) -> dict[str, Any]:
+        """Chart what happened since the last tick; evaluate and checkpoint when due (or forced).
+        With ``evaluate`` false a forced checkpoint is saved without an evaluation first (an
+        interrupted run's: it ends within seconds whatever an evaluation would take)."""
         self.log_training(self.ps.drain_stats())
         due = time.monotonic() - self.last_eval_time >= self.cfg.monitor.eval_every
         new_steps = (self._last_steps or 0) > (self.last_eval_steps or 0)
         if force_eval or (due and new_steps):
-            self.evaluate_and_checkpoint()
+            self.evaluate_and_checkpoint(evaluate=evaluate or not force_eval)
         return self.report()
 
     def report(self) -> dict[str, Any]:
@@ -116,13 +118,13 @@ class Monitor:
                 w.add_scalar(M.UPDATE_NORM, s.update_norm, step)
         w.add_scalar(M.UPDATES_PER_SECOND, s.updates_per_second, step)
 
-    def evaluate_and_checkpoint(self) -> None:
+    def evaluate_and_checkpoint(self, evaluate: bool = True) -> None:
         """Evaluate the newest weights, then checkpoint them; a failed evaluation still checkpoints."""
         state = self.ps.state_dict()
         step = int(state["env_steps"])
         self.last_eval_steps = step
         self.last_eval_time = time.monotonic()
-        mean = self._evaluate(state, step)
+        mean = self._evaluate(state, step) if evaluate else None
         if mean is not None and (self.best_eval_return is None or mean >= self.best_eval_return):
             self.best_eval_return = mean
         # Where the run lives (its URI for a remote run), not this node's staging copy.

@@ -251,8 +251,8 @@ class MonitorShell(Monitor):
         Monitor.__init__(self, cfg, run_dir, obs_shape, n_actions, server)
         self.metrics = EvalMetrics(run)
 
-    def evaluate_and_checkpoint(self) -> None:
-        Monitor.evaluate_and_checkpoint(self)
+    def evaluate_and_checkpoint(self, evaluate: bool = True) -> None:
+        Monitor.evaluate_and_checkpoint(self, evaluate)
         if self.last_eval_return is not None:
             self.metrics.record(self.last_eval_return)
 

@@ -25,7 +25,7 @@ import ray
 from a3c_ray.algo.messages import Progress
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError, one_line
-from a3c_ray.runtime.placement import central_cpus
+from a3c_ray.runtime.placement import autoscaler_cpus, central_cpus, free_cpus, waiting_line
 from a3c_ray.runtime.remote import NAMESPACE
 
 DEFAULT_DASHBOARD_PORT = 8265
@@ -200,8 +200,13 @@ def _progress(value: Any) -> Progress | None:
     return cast(Progress | None, value)
 
 
+PENDING = ("DEPENDENCIES_UNREADY", "PENDING_CREATION")
+"""Ray's actor states of a Worker that has not started: waiting for resources to be placed."""
+
+
 def worker_states(run: str) -> list[dict[str, Any]]:
-    """State and node of each of the run's Worker actors, from Ray's state API (newest first per slot)."""
+    """State, node and CPUs of each of the run's Worker actors, from Ray's state API (newest first
+    per slot); a Worker still waiting to be placed says why."""
     from ray.util.state import list_actors
 
     rows: dict[str, dict[str, Any]] = {}
@@ -214,7 +219,22 @@ def worker_states(run: str) -> list[dict[str, Any]]:
             slot = name.split("/", 1)[1]
             # A replaced Worker leaves a DEAD actor of the same name: the live one wins.
             if slot not in rows or rows[slot]["state"] == "DEAD":
-                rows[slot] = {"worker": slot, "state": a.state, "node_id": a.node_id}
+                cpus = float((a.required_resources or {}).get("CPU", 0.0))
+                rows[slot] = {"worker": slot, "state": a.state, "node_id": a.node_id, "cpus": cpus}
+    waiting = [r for r in rows.values() if r["state"] in PENDING]
+    if waiting:
+        free, scale_to = free_cpus(), autoscaler_cpus()
+        asked = sum(r["cpus"] for r in waiting)
+        for r in waiting:
+            r["reason"] = (
+                f"waiting for {r['cpus']:g} CPU: {free:g} free, {asked:g} asked by "
+                f"{len(waiting)} waiting Worker{'s' if len(waiting) > 1 else ''}"
+                + (
+                    f"; the autoscaler may add nodes (up to {scale_to:g} CPUs)"
+                    if scale_to
+                    else "; no autoscaler"
+                )
+            )
     return sorted(rows.values(), key=lambda r: int(r["worker"].rsplit("-", 1)[-1]))
 
 
@@ -339,9 +359,12 @@ def each_cluster(address: str | None) -> Iterator[str]:
             detach(started)
 
 
-def set_workers(run: str, workers: int, address: str | None) -> tuple[str, int | None]:
-    """Ask the one live run whose id starts with ``run`` for ``workers`` Workers; its id and the
-    number it wanted before (None: one per CPU). The run's driver applies it within a second."""
+def set_workers(run: str, workers: int, address: str | None) -> tuple[str, int | None, str | None]:
+    """Ask the one live run whose id starts with ``run`` for ``workers`` Workers; its id, the
+    number it wanted before (None: one per CPU), and a line when the new Workers will wait for
+    CPUs an autoscaler may add. The run's driver applies it within a second.
+
+    On a cluster without an autoscaler, more Workers than its free CPUs take are refused."""
     found = {
         cluster: [r for r, roles in live_runs(run).items() if "ParameterServer" in roles]
         for cluster in each_cluster(address)
@@ -353,10 +376,34 @@ def set_workers(run: str, workers: int, address: str | None) -> tuple[str, int |
     cluster, run_id = runs[0]
     started = attach(cluster) if not ray.is_initialized() else False
     try:
+        note = _capacity_for(run_id, workers)
         ps = ray.get_actor(f"{run_id}/ParameterServer", namespace=NAMESPACE)
         progress = cast(Progress, ray.get(ps.progress.remote()))
         before = progress.desired_workers
         ray.get(ps.set_workers.remote(workers))
     finally:
         detach(started)
-    return run_id, before
+    return run_id, before, note
+
+
+def _capacity_for(run_id: str, workers: int) -> str | None:
+    """None when ``workers`` Workers of the run fit in the cluster now; a line when the extra
+    ones will wait for an autoscaler; ConfigError when they would wait for good."""
+    live = [w for w in worker_states(run_id) if w["state"] != "DEAD"]
+    more = workers - len(live)
+    if more <= 0:
+        return None
+    cpus = max((w["cpus"] for w in live), default=1.0) or 1.0
+    asked, free = more * cpus, free_cpus()
+    if asked <= free + 1e-9:
+        return None
+    scale_to = autoscaler_cpus()
+    if not scale_to:
+        fit = len(live) + int((free + 1e-9) // cpus)
+        raise ConfigError(
+            [
+                f"{run_id}: {more} more Worker{'s' if more > 1 else ''} ask for {asked:g} CPUs and "
+                f"{free:g} are free, on a cluster without an autoscaler; ask for at most {fit}"
+            ]
+        )
+    return waiting_line(more - int((free + 1e-9) // cpus), asked, free, scale_to)
