@@ -10,17 +10,21 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from a3c_ray.commands import status
 from a3c_ray.envs.faults import STUCK_ENV_ID
+from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import load_checkpoint
+from a3c_ray.runtime import cluster
 from a3c_ray.runtime.driver import train
 
-from .conftest import small_config
+from .conftest import small_config, wait_for
 
 pytestmark = pytest.mark.ray
 
@@ -78,6 +82,46 @@ def test_a_worker_stuck_in_its_env_is_killed_after_the_grace(
     assert 3 <= s["stopping_seconds"] < 3 + 20, s
     assert sum("did not stop within run.stop_grace=3 s" in f for f in s["failures"]) == 2, s
     assert s["env_steps"] > 0 and s["checkpoint"], s
+
+
+def test_status_names_waiting_workers_and_why_and_scale_refuses_more_than_fit(
+    ray_session: None, tmp_path: Path
+) -> None:
+    cfg = small_config(
+        tmp_path / "waiting",
+        run__workers=5,
+        run__time_limit=20,
+        run__max_steps=10**9,
+        monitor__eval_every=1000,
+    )
+    ended: dict[str, object] = {}
+    trainer = threading.Thread(target=lambda: ended.update(result=train(cfg)))
+    trainer.start()
+    try:
+        wait_for(
+            lambda: (
+                sum(
+                    w["state"] == "ALIVE"
+                    for r in cluster.collect("waiting", 0.1)
+                    for w in r["workers"]
+                )
+                == 3
+            ),
+            timeout=180,
+            what="3 Workers placed",
+        )
+        records = cluster.collect("waiting", 0.1)
+        waiting = [w for w in records[0]["workers"] if w["state"] in cluster.PENDING]
+        assert len(waiting) == 2, records
+        assert all("waiting for 1 CPU: 0 free" in w["reason"] for w in waiting), waiting
+        assert all(w["reason"].endswith("no autoscaler") for w in waiting), waiting
+        assert "waiting for 1 CPU" in status.render(records)
+        with pytest.raises(ConfigError, match=r"without an autoscaler; ask for at most 3$"):
+            cluster.set_workers("waiting", 6, None)
+    finally:
+        trainer.join(timeout=600)
+    s = ended["result"].summary  # type: ignore[attr-defined]
+    assert s["stopped_because"] == "time_limit" and s["workers"] == 5, s
 
 
 DRIVER = """

@@ -393,17 +393,20 @@ def _capacity_for(run_id: str, workers: int) -> str | None:
     more = workers - len(live)
     if more <= 0:
         return None
+    placed = [w for w in live if w["state"] not in PENDING]
     cpus = max((w["cpus"] for w in live), default=1.0) or 1.0
-    asked, free = more * cpus, free_cpus()
+    waiting = workers - len(placed)  # the new Workers and those still waiting for a CPU
+    asked, free = waiting * cpus, free_cpus()
     if asked <= free + 1e-9:
         return None
+    fit = int((free + 1e-9) // cpus)
     scale_to = autoscaler_cpus()
     if not scale_to:
-        fit = len(live) + int((free + 1e-9) // cpus)
         raise ConfigError(
             [
-                f"{run_id}: {more} more Worker{'s' if more > 1 else ''} ask for {asked:g} CPUs and "
-                f"{free:g} are free, on a cluster without an autoscaler; ask for at most {fit}"
+                f"{run_id}: {waiting} Worker{'s' if waiting > 1 else ''} would wait for "
+                f"{asked:g} CPUs with {free:g} free, on a cluster without an autoscaler; "
+                f"ask for at most {len(placed) + fit}"
             ]
         )
-    return waiting_line(more - int((free + 1e-9) // cpus), asked, free, scale_to)
+    return waiting_line(waiting - fit, asked, free, scale_to)
