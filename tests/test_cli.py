@@ -169,3 +169,26 @@ def test_status_names_the_shards_of_a_sharded_parameter_server() -> None:
     }  # fmt: skip
     assert "shards" not in render([{**rec, "ps_shards": 1}])
     assert "| 3 ParameterServer shards" in render([{**rec, "ps_shards": 3}])
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        ("runs/cp", ["cp-1a2b3c"]),
+        ("runs/cp/", ["cp-1a2b3c"]),
+        ("s3://bucket/runs/cp", ["cp-1a2b3c"]),
+        ("cp", ["cp-1a2b3c"]),  # the directory's name, not every id that starts with it
+        ("cp2-4d5e6f", ["cp2-4d5e6f"]),
+        ("cp2", ["cp2-4d5e6f"]),
+        ("pong-x", ["pong-x-9f8e7d"]),  # a directory name with a dash in it
+        ("c", ["cp-1a2b3c", "cp2-4d5e6f"]),  # the start of an id: both
+        ("nothing", []),
+        (None, ["cp-1a2b3c", "cp2-4d5e6f", "pong-x-9f8e7d"]),
+    ],
+)
+def test_a_run_is_named_by_its_directory_its_name_or_its_id(
+    query: str | None, expected: list[str]
+) -> None:
+    from a3c_ray.runtime.cluster import run_filter
+
+    assert run_filter(query, ["cp-1a2b3c", "cp2-4d5e6f", "pong-x-9f8e7d"]) == expected

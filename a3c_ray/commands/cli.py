@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from a3c_ray import configs
 from a3c_ray.config import Config
+from a3c_ray.configs import FOR_ENV
 from a3c_ray.configs import names as shipped_configs
 from a3c_ray.configs import resolve as resolve_config
 from a3c_ray.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, UsageError
@@ -84,6 +86,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="set any config field, e.g. --set algo.gamma=0.98 (repeatable)",
     )
     t.add_argument(
+        "--no-env-config",
+        action="store_true",
+        help="with --env and no --config: start from the package defaults, not from the shipped "
+        "config for that env (" + ", ".join(f"{e}: {n}" for e, n in FOR_ENV.items()) + ")",
+    )
+    t.add_argument(
         "--greedy", action="store_true", default=None, help="evaluate with the most likely action"
     )
     t.add_argument(
@@ -141,8 +149,16 @@ FROZEN_ON_RESUME = ("env", "model")
 def config_from_args(args: argparse.Namespace) -> Config:
     if args.resume is not None:
         return resume_config(args)
-    cfg = Config.load(resolve_config(args.config)) if args.config else Config()
+    cfg = starting_config(args.config, getattr(args, "env.id"), args.no_env_config)
     apply_overrides(cfg, args)
+    return cfg
+
+
+def starting_config(config: Path | str | None, env_id: str | None, no_env_config: bool) -> Config:
+    """``configs.starting_config``, its note (a shipped config taken for ``--env``) on stderr."""
+    cfg, note = configs.starting_config(config, env_id, use_env_config=not no_env_config)
+    if note:
+        print(f"a3c-ray: {note}; --no-env-config for the package defaults", file=sys.stderr)
     return cfg
 
 

@@ -18,7 +18,9 @@ from a3c_ray.runtime import cluster
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "run", help="the run's id, or a prefix of it that names one live run (see a3c-ray status)"
+        "run",
+        help="the live run: its run directory (e.g. runs/cp) or that directory's name, its id, or "
+        "the start of its id (see a3c-ray status)",
     )
     p.add_argument(
         "--workers", type=int, required=True, help="the number of Workers the run should have"

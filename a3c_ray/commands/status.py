@@ -19,7 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address", help="Ray cluster address (default: RAY_ADDRESS, else the local cluster)"
     )
-    p.add_argument("--run", help="show only runs whose id starts with this")
+    p.add_argument(
+        "--run",
+        help="show only this run: its run directory (or that directory's name), its id, or the "
+        "start of its id",
+    )
     p.add_argument(
         "--interval", type=float, default=1.0, help="seconds between the two samples of the rates"
     )

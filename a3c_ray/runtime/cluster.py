@@ -170,16 +170,36 @@ def ray_version() -> str:
 CALL_TIMEOUT = 10.0
 
 
-def live_runs(prefix: str | None = None) -> dict[str, dict[str, str]]:
-    """Run id -> {role: actor name} for every named a3c-ray actor on the cluster."""
+def live_runs(query: str | None = None) -> dict[str, dict[str, str]]:
+    """Run id -> {role: actor name} for every named a3c-ray actor on the cluster, or for the runs
+    ``query`` names (``run_filter``)."""
     runs: dict[str, dict[str, str]] = defaultdict(dict)
     for entry in ray.util.list_named_actors(all_namespaces=True):
         if entry["namespace"] != NAMESPACE or "/" not in entry["name"]:
             continue
         run, role = entry["name"].split("/", 1)
-        if prefix is None or run.startswith(prefix):
-            runs[run][role] = entry["name"]
-    return dict(runs)
+        runs[run][role] = entry["name"]
+    keep = run_filter(query, list(runs))
+    return {run: roles for run, roles in runs.items() if run in keep}
+
+
+def run_filter(query: str | None, run_ids: list[str]) -> list[str]:
+    """The runs ``query`` names, from what a user knows of a run: its id, its run directory (a
+    path or a URI) or that directory's name, or the start of an id. A run's id is its run
+    directory's name and 6 hex digits (``runs/cp`` -> ``cp-1a2b3c``). The first of these that
+    matches any run wins, so ``cp`` names ``cp-1a2b3c`` and not ``cp2-4d5e6f``."""
+    if query is None:
+        return run_ids
+    name = query.rstrip("/").rsplit("/", 1)[-1]
+    for matches in (
+        lambda r: r == query,
+        lambda r: r.rsplit("-", 1)[0] == name,
+        lambda r: r.startswith(query),
+    ):
+        found = [r for r in run_ids if matches(r)]
+        if found:
+            return found
+    return []
 
 
 def _get(ref: Any) -> Any:
@@ -238,9 +258,9 @@ def worker_states(run: str) -> list[dict[str, Any]]:
     return sorted(rows.values(), key=lambda r: int(r["worker"].rsplit("-", 1)[-1]))
 
 
-def collect(prefix: str | None = None, interval: float = 1.0) -> list[dict[str, Any]]:
-    """One record per live run: progress, live rates, last eval and Workers."""
-    runs = live_runs(prefix)
+def collect(query: str | None = None, interval: float = 1.0) -> list[dict[str, Any]]:
+    """One record per live run (those ``query`` names): progress, live rates, last eval, Workers."""
+    runs = live_runs(query)
     handles = {
         run: ray.get_actor(roles["ParameterServer"], namespace=NAMESPACE)
         for run, roles in runs.items()
@@ -360,7 +380,7 @@ def each_cluster(address: str | None) -> Iterator[str]:
 
 
 def set_workers(run: str, workers: int, address: str | None) -> tuple[str, int | None, str | None]:
-    """Ask the one live run whose id starts with ``run`` for ``workers`` Workers; its id, the
+    """Ask the one live run that ``run`` names (``run_filter``) for ``workers`` Workers; its id, the
     number it wanted before (None: one per CPU), and a line when the new Workers will wait for
     CPUs an autoscaler may add. The run's driver applies it within a second.
 
