@@ -26,6 +26,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/python docs/tools/check_docs.py
 
 typecheck: venv
 	$(BIN)/mypy
