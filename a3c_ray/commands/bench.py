@@ -144,9 +144,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def bench_config(args: argparse.Namespace) -> Config:
     """The config under test: the defaults with the flags and ``--set`` items applied."""
-    from a3c_ray.commands.cli import starting_config
+    from a3c_ray.configs import starting_config
 
-    cfg = starting_config(args.config, args.env, no_env_config=False)
+    cfg, _ = starting_config(args.config, args.env)
     problems = cfg.apply_sets(args.set)
     for dest, value in (
         ("env.id", args.env),

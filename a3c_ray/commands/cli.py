@@ -147,19 +147,21 @@ FROZEN_ON_RESUME = ("env", "model")
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    return config_and_note(args)[0]
+
+
+def config_and_note(args: argparse.Namespace) -> tuple[Config, str | None]:
+    """The run's config from the flags, and a line to print once it is valid when ``--env``
+    took its shipped config (``configs.starting_config``)."""
     if args.resume is not None:
-        return resume_config(args)
-    cfg = starting_config(args.config, getattr(args, "env.id"), args.no_env_config)
+        return resume_config(args), None
+    cfg, note = configs.starting_config(
+        args.config, getattr(args, "env.id"), use_env_config=not args.no_env_config
+    )
     apply_overrides(cfg, args)
-    return cfg
-
-
-def starting_config(config: Path | str | None, env_id: str | None, no_env_config: bool) -> Config:
-    """``configs.starting_config``, its note (a shipped config taken for ``--env``) on stderr."""
-    cfg, note = configs.starting_config(config, env_id, use_env_config=not no_env_config)
     if note:
-        print(f"a3c-ray: {note}; --no-env-config for the package defaults", file=sys.stderr)
-    return cfg
+        note += "; --no-env-config for the package defaults"
+    return cfg, note
 
 
 def resume_config(args: argparse.Namespace) -> Config:
@@ -222,7 +224,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     from a3c_ray.runtime.driver import train
 
-    cfg = config_from_args(args)
+    cfg, note = config_and_note(args)
+    if note:
+        from a3c_ray.algo import choices
+        from a3c_ray.envs.make import env_problems
+
+        cfg.check(choices.problems, env_problems)  # bad input stays one line, without the note
+        print(f"a3c-ray: {note}", file=sys.stderr)
     result = train(
         cfg,
         address=args.address,
