@@ -103,7 +103,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         type=str,
         metavar="RUN_DIR",
         help="continue a run from its newest good checkpoint, with its saved config "
-        "(flags may extend --max-steps and --time-limit; the env and model cannot change)",
+        "(flags may extend --max-steps and --time-limit; the env and model cannot change); "
+        "'--resume auto' with --run-dir DIR: continue the run in DIR if it holds one, else start "
+        "it there (what a resubmitted or retried job needs)",
     )
     t.add_argument(
         "--dashboard-host",
@@ -153,6 +155,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def config_and_note(args: argparse.Namespace) -> tuple[Config, str | None]:
     """The run's config from the flags, and a line to print once it is valid when ``--env``
     took its shipped config (``configs.starting_config``)."""
+    if args.resume == RESUME_AUTO:
+        where = getattr(args, "run.run_dir")
+        if not where:
+            raise ConfigError(["--resume auto needs --run-dir DIR: the run to continue or start"])
+        args.resume = where if holds_run(where) else None
+        args.fresh_ok = args.resume is None  # an empty directory, or one with no run yet
     if args.resume is not None:
         return resume_config(args), None
     cfg, note = configs.starting_config(
@@ -162,6 +170,21 @@ def config_and_note(args: argparse.Namespace) -> tuple[Config, str | None]:
     if note:
         note += "; --no-env-config for the package defaults"
     return cfg, note
+
+
+RESUME_AUTO = "auto"
+
+
+def holds_run(run_dir: str) -> bool:
+    """True when ``run_dir`` (a path or a URI) holds a run: its config.yaml."""
+    from a3c_ray.rundir.storage import RunStorage
+
+    try:
+        return RunStorage(run_dir).has(layout.CONFIG)
+    except (OSError, ValueError, ImportError) as e:
+        raise ConfigError(
+            [f"cannot use run directory {run_dir}: {str(e).splitlines()[0]}"]
+        ) from None
 
 
 def resume_config(args: argparse.Namespace) -> Config:
@@ -236,6 +259,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         address=args.address,
         overwrite=args.overwrite,
         resume=args.resume is not None,
+        existing_ok=getattr(args, "fresh_ok", False),
         dashboard_host=args.dashboard_host,
         dashboard_port=args.dashboard_port,
     )

@@ -427,11 +427,15 @@ def train(
     resume: bool = False,
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int | None = None,
+    existing_ok: bool = False,
 ) -> RunResult:
-    """Run one training to its end. Bad input raises ConfigError before anything is written."""
+    """Run one training to its end. Bad input raises ConfigError before anything is written.
+
+    ``resume`` continues the run in ``run.run_dir``; ``existing_ok`` lets a new run start in a
+    directory that exists but holds no run yet (``--resume auto``)."""
     cfg.check(choices.problems, env_problems)
     resolve_policy(cfg)
-    storage = check_run_dir(cfg, overwrite, resume)
+    storage = check_run_dir(cfg, overwrite, resume, existing_ok)
     run_dir = storage.location
     started = connect(cfg, address, dashboard_host, dashboard_port)
     prepare_run_dir(storage, overwrite and not resume)
