@@ -160,7 +160,7 @@ def config_and_note(args: argparse.Namespace) -> tuple[Config, str | None]:
         if not where:
             raise ConfigError(["--resume auto needs --run-dir DIR: the run to continue or start"])
         args.resume = where if holds_run(where) else None
-        args.fresh_ok = args.resume is None  # an empty directory, or one with no run yet
+        args.auto = True
     if args.resume is not None:
         return resume_config(args), None
     cfg, note = configs.starting_config(
@@ -259,7 +259,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         address=args.address,
         overwrite=args.overwrite,
         resume=args.resume is not None,
-        existing_ok=getattr(args, "fresh_ok", False),
+        existing_ok=getattr(args, "auto", False),
         dashboard_host=args.dashboard_host,
         dashboard_port=args.dashboard_port,
     )
