@@ -33,6 +33,7 @@ from a3c_ray.algo import parameter_server as ps_mod
 from a3c_ray.algo.messages import CheckpointMeta, Progress, WorkerResult
 from a3c_ray.config import Config
 from a3c_ray.envs.make import action_size, env_problems, env_spaces, resolve_policy
+from a3c_ray.envs.spaces import recorded_spaces
 from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import atomic_write
@@ -91,7 +92,9 @@ class Run:
         obs_space, act_space = env_spaces(cfg.env)
         self.obs_shape = tuple(int(x) for x in obs_space.shape)
         self.n_actions = action_size(act_space)
-        meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions)
+        meta = CheckpointMeta.of(
+            cfg, self.obs_shape, self.n_actions, recorded_spaces(obs_space, act_space)
+        )
         restartable = {"max_restarts": -1, "max_task_retries": -1, "namespace": NAMESPACE}
         self.ps_group = ParameterServerGroup(cfg, meta, run_dir, self.run_id, restartable)
         self.shards = self.ps_group.handles
