@@ -332,7 +332,10 @@ def test_follow_swaps_in_each_newer_best_checkpoint_without_a_failed_request(
 # -- the command -------------------------------------------------------------------------------
 
 
-def test_the_command_serves_on_an_embedded_ray_until_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ingress", ["proxy", "haproxy"])
+def test_the_command_serves_on_an_embedded_ray_until_interrupted(
+    tmp_path: Path, ingress: str
+) -> None:
     save_checkpoint(tmp_path, "mlp")
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -347,6 +350,8 @@ def test_the_command_serves_on_an_embedded_ray_until_interrupted(tmp_path: Path)
             str(port),
             "--replica-cpus",
             "0",
+            "--ingress",
+            ingress,
             "--dashboard-port",
             str(free_port()),
         ],

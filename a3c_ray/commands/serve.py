@@ -57,6 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1024,
         help="observations in one request at most (default 1024)",
     )
+    p.add_argument(
+        "--ingress",
+        choices=("proxy", "haproxy"),
+        default="proxy",
+        help="proxy: Serve's HTTP proxy (the default); haproxy: Ray's high-throughput mode "
+        "(HAProxy, replicas answering HTTP directly), an embedded Ray only (docs/serving.md)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address the HTTP proxy listens on")
     p.add_argument("--port", type=int, default=8000, help="port of the HTTP proxy (default 8000)")
     p.add_argument(
@@ -93,6 +100,14 @@ def run(args: argparse.Namespace) -> int:
     if embedded:
         # As for train: the embedded Ray keeps every service on loopback (read at ray's import).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        from a3c_ray.runtime.serve_ingress import set_ingress
+
+        set_ingress(args.ingress)  # before ray is imported: Serve reads it at import
+    elif args.ingress != "proxy":
+        raise UsageError(
+            "a3c-ray serve: --ingress haproxy sets up an embedded Ray; on a cluster, start every "
+            "node with RAY_SERVE_ENABLE_HA_PROXY=1 RAY_SERVE_THROUGHPUT_OPTIMIZED=1"
+        )
     from a3c_ray.runtime import serving
 
     options = serving.ServeOptions.from_dict(options_from_args(args))
