@@ -223,3 +223,19 @@ def test_load_policy_reads_a_run_directory_on_s3(s3_bucket: str, tmp_path: Path)
     assert best_checkpoint_name(uri) == "ckpt-700.pt"
     with pytest.raises(CheckpointError, match="no checkpoint at s3://"):
         load_policy(f"s3://{s3_bucket}/runs/none")
+
+
+def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Use a trained policy", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.strip().splitlines()) <= 6
+    save_checkpoint(tmp_path / "runs" / "cp", "mlp")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        scope: dict[str, object] = {}
+        exec(compile(code, "README.md", "exec"), scope)
+    finally:
+        os.chdir(cwd)
+    assert scope["state"] is None and np.asarray(scope["actions"]).shape == (1,)

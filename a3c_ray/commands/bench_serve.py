@@ -80,6 +80,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "its own embedded Ray (default both)",
     )
     g.add_argument(
+        "--serve-batch-wait-ms",
+        type=float,
+        default=2.0,
+        help="the batched mode's --batch-wait-ms (default 2)",
+    )
+    g.add_argument(
         "--serve-seconds",
         type=float,
         default=5.0,
@@ -97,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     problems = []
     if not args.serve_seconds > 0:
         problems.append("--serve-seconds: must be > 0")
+    if args.serve_batch_wait_ms < 0:
+        problems.append("--serve-batch-wait-ms: must be >= 0")
     if args.serve_requests < 1:
         problems.append("--serve-requests: must be >= 1")
     if args.repeat < 1:
@@ -114,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         args.serve_models,
         args.serve_clients,
         args.serve_ingress,
+        args.serve_batch_wait_ms,
         args.serve_seconds,
         args.serve_requests,
         args.repeat,

@@ -263,6 +263,7 @@ def measure(
     models: list[str],
     clients: list[int],
     ingresses: list[str],
+    batch_wait_ms: float,
     seconds: float,
     max_requests: int,
     repeat: int,
@@ -283,6 +284,7 @@ def measure(
                 points += measure_ingress(
                     name,
                     checkpoints,
+                    batch_wait_ms,
                     clients,
                     seconds,
                     max_requests,
@@ -291,8 +293,6 @@ def measure(
                     dashboard_port,
                     costs,
                 )
-    from a3c_ray.runtime.serving import ServeOptions
-
     return {
         "machine": {
             "cpus": os.cpu_count(),
@@ -306,7 +306,7 @@ def measure(
             "clients": clients,
             "ingresses": ingresses,
             "modes": MODES,
-            "batch_wait_ms": ServeOptions("").batch_wait_ms,
+            "batch_wait_ms": batch_wait_ms,
             "observations_per_request": 1,
         },
         "points": points,
@@ -317,6 +317,7 @@ def measure(
 def measure_ingress(
     name: str,
     checkpoints: dict[str, Path],
+    batch_wait_ms: float,
     clients: list[int],
     seconds: float,
     max_requests: int,
@@ -344,7 +345,12 @@ def measure_ingress(
             policy = load_policy(ckpt)
             body, headers = request_body(policy, np.random.default_rng(0))
             for mode, batch in MODES.items():
-                args = {"source": str(ckpt), "max_batch_size": batch, "replica_cpus": 0}
+                args = {
+                    "source": str(ckpt),
+                    "max_batch_size": batch,
+                    "batch_wait_ms": batch_wait_ms,
+                    "replica_cpus": 0,
+                }
                 serve.run(serving.build_app(args), name="bench", route_prefix="/")
                 if mode == "batched":
                     costs[model][f"healthz_requests_per_second_{name}"] = healthz_ceiling(
