@@ -157,7 +157,6 @@ async def _load(
 
     latencies: list[float] = []
     errors = 0
-    deadline = time.perf_counter() + seconds
     connector = aiohttp.TCPConnector(limit=clients)
     timeout = aiohttp.ClientTimeout(total=60.0)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -178,6 +177,7 @@ async def _load(
                     errors += 1
 
         start = time.perf_counter()
+        deadline = start + seconds
         await asyncio.gather(*(one_client() for _ in range(clients)))
         wall = time.perf_counter() - start
     return latencies, errors, wall

@@ -164,7 +164,8 @@ def _observations(arr: np.ndarray, space: gym.Space[Any], limits: Limits, raw: b
             )
     elif raw and not np.can_cast(arr.dtype, dtype, casting="same_kind"):
         raise RequestError(400, f"wrong dtype: observations must be {dtype}, got {arr.dtype}")
-    out = arr.astype(dtype, copy=False)
+    with np.errstate(over="ignore"):  # an overflow is refused just below
+        out = arr.astype(dtype, copy=False)
     if dtype.kind == "f" and not np.isfinite(out).all():  # float64 values past float32's range
         raise RequestError(400, f"observations overflow {dtype}")
     return out
