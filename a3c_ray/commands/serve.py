@@ -108,10 +108,11 @@ def run(args: argparse.Namespace) -> int:
             "a3c-ray serve: --ingress haproxy sets up an embedded Ray; on a cluster, start every "
             "node with RAY_SERVE_ENABLE_HA_PROXY=1 RAY_SERVE_THROUGHPUT_OPTIMIZED=1"
         )
-    from a3c_ray.runtime import serving
+    from a3c_ray.runtime.serve_options import ServeOptions, first_policy
 
-    options = serving.ServeOptions.from_dict(options_from_args(args))
-    policy = serving.first_policy(options)  # exit 2 on a bad checkpoint, before Ray starts
+    options = ServeOptions.from_dict(options_from_args(args))
+    policy = first_policy(options)  # exit 2 on a bad checkpoint, before Ray is imported
+    from a3c_ray.runtime import serving
     from a3c_ray.runtime.driver import sigterm_as_interrupt
 
     with sigterm_as_interrupt():
