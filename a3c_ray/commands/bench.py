@@ -11,7 +11,8 @@ In one run it measures (see ``bench_measure``):
 and prints the ratio of (3) to (1) x N, and a model of where throughput stops growing with N.
 ``--plot-runs`` instead draws the learning curves of finished training runs (``bench_plot``), and
 ``--seeds`` measures learning and keeping it over seeds (``bench_stability``), and ``--ps-scale``
-the ParameterServer alone under synthetic clients (``bench_ps``).
+the ParameterServer alone under synthetic clients (``bench_ps``), and ``--serve`` a served policy
+under HTTP clients (``bench_serve``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from a3c_ray.algo import choices
-from a3c_ray.commands import bench_ps
+from a3c_ray.commands import bench_ps, bench_serve
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.commands.bench_report import format_profile, format_report
 from a3c_ray.config import Config
@@ -140,6 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     bs.add_arguments(p)
     bench_ps.add_arguments(p)
+    bench_serve.add_arguments(p)
 
 
 def bench_config(args: argparse.Namespace) -> Config:
@@ -390,6 +392,8 @@ def run(args: argparse.Namespace) -> int:
         return plot(args)
     if args.stability_of:
         return bs.read_stability(args)
+    if args.serve:
+        return bench_serve.run(args)
     cfg = bench_config(args)
     if args.seeds is not None:
         return bs.run_stability(cfg, args)

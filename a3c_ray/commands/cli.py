@@ -1,4 +1,4 @@
-"""The ``a3c-ray`` command: ``train`` and ``eval``.
+"""The ``a3c-ray`` command: ``train`` and ``eval`` here, the others in their own modules.
 
 Exit codes: 0 done, 1 internal failure, 2 bad input (one line on stderr, no traceback),
 130 interrupted after a final checkpoint.
@@ -59,6 +59,11 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("a3c_ray.commands.submit", "run a3c-ray train as a Ray job on a cluster"),
     "bench": ("a3c_ray.commands.bench", "measure throughput against this machine's own limit"),
     "tune": ("a3c_ray.commands.tune", "search hyperparameters with Ray Tune, each trial a run"),
+    "serve": ("a3c_ray.commands.serve", "serve a trained policy over HTTP with Ray Serve"),
+    "export": (
+        "a3c_ray.commands.export",
+        "write a policy as ONNX or TorchScript, to run without a3c-ray",
+    ),
 }
 
 

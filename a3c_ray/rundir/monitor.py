@@ -19,13 +19,15 @@ from tensorboardX import SummaryWriter
 
 from a3c_ray import metric_names as M
 from a3c_ray.algo.evaluation import run_episodes, summarize
-from a3c_ray.algo.models import build_model, set_flat_params
+from a3c_ray.algo.messages import CheckpointMeta
+from a3c_ray.algo.policy import Policy
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.algo.stats import WindowStats
 from a3c_ray.config import Config
 from a3c_ray.envs.make import make_eval_env
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager
+from a3c_ray.rundir.policy import policy_from_state
 from a3c_ray.rundir.storage import RunStorage
 
 
@@ -59,7 +61,9 @@ class Monitor:
             on_delete=lambda p: self.storage.delete(self._rel(p)),
         )
         self.env = make_eval_env(cfg.env)
-        self.model = build_model(cfg.model, obs_shape, n_actions)
+        # What the run's checkpoints say of it, for states that do not say it themselves.
+        self.meta = CheckpointMeta.of(cfg, obs_shape, n_actions)
+        self.policy: Policy | None = None
         self.n_evals = 0
         self.last_eval_time = time.monotonic()
         self.last_eval_return: float | None = None
@@ -136,11 +140,12 @@ class Monitor:
             self.record_video(step)
 
     def _evaluate(self, state: dict[str, Any], step: int) -> float | None:
-        set_flat_params(self.model, state["params"].numpy())
+        # Built as any checkpoint's policy is; one network, new weights at each evaluation.
+        self.policy = policy_from_state({**self.meta.to_state(), **state}, reuse=self.policy)
         seed = derive_seeds(self.cfg.run.seed, Stream.EVAL, self.n_evals)[0]
         try:
             episodes = run_episodes(
-                self.model,
+                self.policy,
                 self.env,
                 self.cfg.monitor.eval_episodes,
                 seed,
@@ -166,7 +171,8 @@ class Monitor:
         env = gym.wrappers.RenderCollection(make_eval_env(self.cfg.env, render_mode="rgb_array"))
         try:
             seed = derive_seeds(self.cfg.run.seed, Stream.VIDEO, self.n_evals)[0]
-            run_episodes(self.model, env, 1, seed, greedy=self.cfg.monitor.greedy)
+            assert self.policy is not None  # a video follows an evaluation
+            run_episodes(self.policy, env, 1, seed, greedy=self.cfg.monitor.greedy)
             frames = env.render()[:max_frames]
         finally:
             env.close()

@@ -66,12 +66,14 @@ def connect(
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int | None = None,
     num_cpus: int | None = None,
+    log_to_driver: bool = True,
 ) -> bool:
     """Attach to a running cluster or start an embedded one; True when this call started Ray.
 
     The embedded Ray's dashboard is on ``dashboard_port``; with none given, on 8265 or, when that
     is taken, on a free port; the address goes to stderr either way. It has ``num_cpus`` logical
-    CPUs, by default what the run's actors take.
+    CPUs, by default what the run's actors take. ``log_to_driver=False`` keeps its processes'
+    output out of this one's (a report on stdout stays clean).
     """
     if ray.is_initialized():
         return False
@@ -108,6 +110,7 @@ def connect(
             dashboard_host=dashboard_host,
             dashboard_port=port,
             logging_level=logging.WARNING,
+            log_to_driver=log_to_driver,
             _node_ip_address="127.0.0.1",
         )
     except ValueError as e:  # e.g. the dashboard port asked for is taken

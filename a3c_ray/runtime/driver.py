@@ -33,6 +33,7 @@ from a3c_ray.algo import parameter_server as ps_mod
 from a3c_ray.algo.messages import CheckpointMeta, Progress, WorkerResult
 from a3c_ray.config import Config
 from a3c_ray.envs.make import action_size, env_problems, env_spaces, resolve_policy
+from a3c_ray.envs.spaces import recorded_spaces
 from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import atomic_write
@@ -116,9 +117,8 @@ class Run:
         self.worker_cls = actors.worker_class()
         self.workers: dict[int, Any] = {}
         self.pending: dict[Any, int] = {}
-        self.started: dict[
-            int, Any
-        ] = {}  # slot -> a call queued before ``train``: done once placed
+        # slot -> a call queued before the Worker's ``train``: done once the Worker is placed
+        self.started: dict[int, Any] = {}
         self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
         self.restart_at: dict[int, float] = {}
         self.worker_restarts = 0
@@ -133,11 +133,12 @@ class Run:
         self.stopping_since: float | None = None
         self.stopping_seconds: float | None = None
         self.progress: Progress | None = None
+        self.spaces = recorded_spaces(obs_space, act_space)
 
     def start(self) -> None:
         """Start the ParameterServer's shards and the Monitor, wait for the shards, start the Workers."""
         cfg, run_dir = self.cfg, self.run_dir
-        meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions)
+        meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions, self.spaces)
         restartable = {"max_restarts": -1, "max_task_retries": -1, "namespace": NAMESPACE}
         self.ps_group = ParameterServerGroup(cfg, meta, run_dir, self.run_id, restartable)
         self.shards = self.ps_group.handles
