@@ -31,6 +31,7 @@ from gymnasium.vector import AutoresetMode
 from a3c_ray.config import Config, EnvConfig
 from a3c_ray.envs.faults import RecreateOnError
 from a3c_ray.envs.faults import register as register_fault_envs
+from a3c_ray.errors import install_hint
 
 NOOP_MAX = 30
 FRAME_SKIP = 4
@@ -71,7 +72,7 @@ def check_env(cfg: EnvConfig) -> str | None:
         try:
             import cv2  # noqa: F401  # AtariPreprocessing resizes with OpenCV
         except ImportError:
-            return f"environment '{env_id}' needs OpenCV for its preprocessing: pip install 'a3c-ray[atari]'"
+            return f"environment '{env_id}' needs OpenCV for its preprocessing: {install_hint('atari')}"
     return None
 
 
