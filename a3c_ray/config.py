@@ -109,7 +109,9 @@ class RunConfig:
     max_steps: int = 1_000_000
     """Stop after this many env steps, summed over all Workers."""
     target_return: float | None = None
-    """Stop once the mean return of the last 100 training episodes reaches this; null never."""
+    """Stop once the mean return of the last 100 training episodes reaches this (or an evaluation does, with ``run.target_from: eval``); null never."""
+    target_from: str = "train"
+    """What ``target_return`` is compared with: ``train``, the mean undiscounted return of the last 100 training episodes of all Workers; ``eval``, each of the Monitor's evaluations (the mean of ``monitor.eval_episodes`` whole episodes), so that a run stops at the first evaluation that reaches it."""
     time_limit: float | None = None
     """Stop after this many seconds of training (from the first gradient applied); null never."""
     seed: int = 0
@@ -149,6 +151,9 @@ class MonitorConfig:
     video_every: int = 0
     """Record one eval episode to TensorBoard as a video every Nth evaluation; 0 never."""
 
+
+TARGET_SOURCES = ("train", "eval")
+"""``run.target_from``: the training episodes' mean of the last 100, or the Monitor's evaluations."""
 
 MAX_GRAPH_WORKERS = 32  # the most ps.graph_workers: each shard's threads for compiled graphs
 
@@ -391,6 +396,10 @@ class Config:
         need(
             r.max_worker_restarts >= 0,
             f"run.max_worker_restarts: must be >= 0, got {r.max_worker_restarts}",
+        )
+        need(
+            r.target_from in TARGET_SOURCES,
+            f"run.target_from: must be one of {', '.join(TARGET_SOURCES)}, got {r.target_from!r}",
         )
         need(r.stop_grace >= 0, f"run.stop_grace: must be >= 0 seconds, got {r.stop_grace}")
         need(

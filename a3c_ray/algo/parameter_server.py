@@ -166,7 +166,7 @@ class ParameterServer:
         if self.stop_reason is not None:
             return
         target = self.cfg.run.target_return
-        if target is not None and self.target_reached():
+        if target is not None and self.cfg.run.target_from == "train" and self.target_reached():
             self.steps_to_target = self.env_steps
             self.seconds_to_target = self.train_seconds()
             self._stop(STOP_TARGET)
@@ -258,6 +258,18 @@ class ParameterServer:
     def retire(self, worker: int) -> None:
         """Tell Worker ``worker`` to stop at its next push (its slot is not restarted)."""
         self.retiring.add(worker)
+
+    def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool:
+        """An evaluation of the weights of ``env_steps`` (``train_seconds`` of training) scored
+        ``mean``: with ``run.target_from: eval``, the run stops when that reaches the target, and
+        it reached it at those steps and seconds. True when it did."""
+        target = self.cfg.run.target_return
+        if self.cfg.run.target_from != "eval" or target is None or not mean >= target:
+            return False
+        if self.stop_reason is None:
+            self.steps_to_target, self.seconds_to_target = env_steps, train_seconds
+            self._stop(STOP_TARGET)
+        return True
 
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:

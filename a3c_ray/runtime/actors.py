@@ -147,6 +147,7 @@ for _name in (
     "set_workers",
     "retire",
     "request_stop",
+    "evaluation_reached",
 ):
     setattr(ParameterServerShell, _name, _serialized(getattr(ParameterServer, _name)))
 
@@ -189,6 +190,12 @@ class ShardedServer:
 
     def state_dict(self) -> dict[str, Any]:
         return merge_states(ray.get([h.state_dict.remote() for h in self.handles]))
+
+    def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool:
+        """The coordinator's: it keeps the run's stop."""
+        return bool(
+            ray.get(self.handles[0].evaluation_reached.remote(mean, env_steps, train_seconds))
+        )
 
     def drain_stats(self) -> WindowStats:
         """The coordinator's window; the step size is of the whole weights, from every shard's."""
