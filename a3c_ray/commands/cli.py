@@ -80,8 +80,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     t.add_argument(
         "--config",
         type=Path,
-        help="YAML file of config sections (env, model, algo, run, monitor), or the name of a "
-        "shipped one: " + ", ".join(shipped_configs()),
+        help="YAML file of config sections (env, model, algo, run, monitor, ps, tune), or the "
+        "name of a shipped one: " + ", ".join(shipped_configs()),
     )
     t.add_argument(
         "--set",
