@@ -290,7 +290,7 @@ def test_bench_json_parses_with_every_figure(
     assert t["ratio"] == pytest.approx(t["env_steps_per_second"] / r["raw"]["env_steps_per_second"])
     assert r["ratio"] == t["ratio"] and t["staleness_mean"] >= 0 and t["staleness_max"] >= 0
     (w,) = t["per_worker"]
-    assert set(w["split"]) == {"env", "forward", "backward", "wait", "other"}
+    assert set(w["split"]) == {"env", "forward", "backward", "push", "wait", "pull", "other"}
     assert all(v >= 0 for v in w["split"].values())
     assert sum(w["split"].values()) == pytest.approx(1.0)
     m = r["model"]
