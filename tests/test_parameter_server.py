@@ -68,6 +68,32 @@ def test_staleness_is_tracked_and_max_staleness_drops_old_gradients() -> None:
     assert p.staleness_max == 1 and p.staleness_mean == pytest.approx(0.5)
 
 
+def test_a_repeated_push_is_applied_once_and_answered_as_the_first_time() -> None:
+    """A push sent again (its reply lost, a compiled graph that timed out) changes nothing: not
+    the weights, not the counters, not the episodes."""
+    ps = make_ps()
+    p = push(1.0, worker=1, seq=0, sender="a", episode_returns=[5.0], episode_lengths=[3])
+    first = ps.push(p)
+    again = ps.push(p)
+    assert (again.version, again.applied, again.stop, again.lineage) == (
+        first.version,
+        first.applied,
+        first.stop,
+        first.lineage,
+    )
+    assert again.weights is first.weights
+    assert (ps.version, ps.env_steps, ps.episodes) == (1, 10, 1)
+    # The Worker's next push, and a restarted Worker in the same slot counting from 0 again.
+    assert ps.push(push(1.0, version=1, worker=1, seq=1, sender="a")).applied
+    assert not ps.push(push(1.0, version=1, worker=1, seq=0, sender="a")).applied  # older
+    assert ps.push(push(1.0, version=2, worker=1, seq=0, sender="b")).applied
+    assert (ps.version, ps.env_steps) == (3, 30)
+    # Pushes without an id (seq -1) are each applied.
+    ps.push(push(1.0, version=3))
+    ps.push(push(1.0, version=4))
+    assert ps.version == 5
+
+
 def test_gradient_is_clipped_to_global_norm() -> None:
     clipped, reference = make_ps(algo__max_grad_norm=0.5), make_ps(algo__max_grad_norm=None)
     g = np.arange(1, N + 1, dtype=np.float32)

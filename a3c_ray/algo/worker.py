@@ -9,6 +9,7 @@ it to the ParameterServer and take the newer weights it sends back, all in one r
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -70,6 +71,10 @@ class Worker:
         self.reset_next = np.zeros(k, dtype=bool)
         self.env_steps = 0
         self.pushes = 0
+        # The id of each push (``GradientPush.seq``): this incarnation and a count of its own, as
+        # a restarted Worker in the same slot counts from 0 again.
+        self.sender = uuid.uuid4().hex[:12]
+        self._seq = 0
         self.timings = {"env": 0.0, "forward": 0.0, "backward": 0.0, "wait": 0.0}
 
     def set_weights(self, flat: np.ndarray, version: int, lineage: str = "") -> None:
@@ -213,7 +218,13 @@ class Worker:
             stats=stats,
             lineage=self.lineage,
             env_restarts=self._new_env_failures(),
+            seq=self._next_seq(),
+            sender=self.sender,
         )
+
+    def _next_seq(self) -> int:
+        seq, self._seq = self._seq, self._seq + 1
+        return seq
 
     def _new_env_failures(self) -> int:
         subenvs: list[Any] = getattr(self.envs, "envs", [])
