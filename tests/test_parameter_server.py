@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush
+from a3c_ray.algo.optim import saved_optimizer
 from a3c_ray.algo.parameter_server import ParameterServer
 from a3c_ray.config import Config
+from a3c_ray.errors import CheckpointError
 
 N = 10
 META = CheckpointMeta(env_id="CartPole-v1", obs_shape=(4,), n_actions=2)
@@ -292,3 +294,21 @@ def test_a_restored_server_steps_with_its_own_config_and_the_checkpoints_statist
     key = "square_avg" if optimizer == "rmsprop" else "exp_avg_sq"
     restored = next(iter(ps.optimizer.state.values()))[key]
     assert np.array_equal(restored.numpy(), next(iter(donor.optimizer.state.values()))[key].numpy())
+
+
+@pytest.mark.parametrize(("saved", "now"), [("rmsprop", "adam"), ("adam", "rmsprop")])
+def test_restore_refuses_the_statistics_of_another_optimizer(saved: str, now: str) -> None:
+    """Not a KeyError at the first push: a clear refusal before the server starts."""
+    old = make_ps(algo__optimizer=saved)
+    old.push(push(1.0))
+    state = old.state_dict()
+    assert saved_optimizer(state) == saved
+    cfg = Config()
+    cfg.algo.optimizer = now
+    with pytest.raises(CheckpointError, match=f"holds {saved} statistics.*algo.optimizer is {now}"):
+        ParameterServer(cfg, np.zeros(N, dtype=np.float32), META, state)
+    # A checkpoint written before it recorded the optimizer's name is read from its statistics.
+    del state["optimizer_name"]
+    assert saved_optimizer(state) == saved
+    with pytest.raises(CheckpointError, match=f"holds {saved} statistics"):
+        ParameterServer(cfg, np.zeros(N, dtype=np.float32), META, state)

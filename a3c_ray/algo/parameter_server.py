@@ -23,7 +23,7 @@ import torch
 
 from a3c_ray.algo import wire
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply
-from a3c_ray.algo.optim import make_optimizer
+from a3c_ray.algo.optim import make_optimizer, optimizer_mismatch
 from a3c_ray.algo.stats import Window, WindowStats
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError
@@ -291,6 +291,7 @@ class ParameterServer:
             "params": self.flat.detach().clone(),
             # A copy: torch's state_dict shares the live statistics tensors.
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "optimizer_name": self.cfg.algo.optimizer,
             "version": self.version,
             "env_steps": self.env_steps,
             "gradients_applied": self.gradients_applied,
@@ -306,7 +307,8 @@ class ParameterServer:
         }
 
     def check_compatible(self, state: dict[str, Any]) -> None:
-        """A checkpoint of another env or model shape is refused with a clear error."""
+        """A checkpoint of another env or model shape, or of another optimizer's statistics, is
+        refused with a clear error."""
         where = state.get("path", "checkpoint")
         if self.meta is not None and "env_id" in state:
             problem = self.meta.mismatch(CheckpointMeta.from_state(state))
@@ -317,6 +319,9 @@ class ParameterServer:
                 f"{where} holds {state['params'].numel()} parameters, "
                 f"this run's model has {self.flat.numel()}"
             )
+        problem = optimizer_mismatch(state, self.cfg.algo)
+        if problem:
+            raise CheckpointError(f"{where} {problem}")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_compatible(state)

@@ -12,6 +12,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
+from a3c_ray.algo.optim import optimizer_mismatch
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError, ConfigError, one_line
 from a3c_ray.rundir import layout
@@ -39,7 +40,11 @@ def check_run_dir(cfg: Config, overwrite: bool, resume: bool) -> RunStorage:
         storage = RunStorage(location)
         exists = storage.exists()
         if resume:
-            load_latest_good(storage.download_checkpoints())
+            state = load_latest_good(storage.download_checkpoints())
+            # Statistics of another optimizer would fail at the first push.
+            problem = optimizer_mismatch(state, cfg.algo)
+            if problem:
+                raise CheckpointError(f"its checkpoint {problem}")
     except CheckpointError as e:
         raise ConfigError([f"cannot resume {location}: {e}"]) from None
     except (
