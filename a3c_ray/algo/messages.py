@@ -92,13 +92,17 @@ class CheckpointMeta:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> CheckpointMeta:
-        """The meta of a loaded checkpoint (older ones may lack ``env``)."""
+        """The meta of a loaded checkpoint (older ones may lack ``env``). A Gaussian policy saved
+        before ``model.scale_actions`` existed acted in the env's own units, and goes on doing so."""
+        model = dict(state.get("model") or {})
+        if model.get("policy") == "gaussian":
+            model.setdefault("scale_actions", False)
         return cls(
             env_id=str(state["env_id"]),
             obs_shape=tuple(int(x) for x in state["obs_shape"]),
             n_actions=int(state["n_actions"]),
             env=dict(state.get("env") or {}),
-            model=dict(state.get("model") or {}),
+            model=model,
         )
 
     def to_state(self) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from a3c_ray.algo.returns import gae
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
 from a3c_ray.envs.faults import count_failures
-from a3c_ray.envs.make import clip_actions, make_vector_env
+from a3c_ray.envs.make import action_bounds, clip_actions, make_vector_env
 
 
 class Rollout(NamedTuple):
@@ -63,7 +63,7 @@ class Worker:
         self.generator = torch.Generator().manual_seed(seeds[-1])
         self.envs = make_vector_env(cfg.env)
         self.obs, _ = self.envs.reset(seed=seeds[:k])  # type: ignore[arg-type]  # one seed per env
-        self.model = build_model(cfg.model, obs_shape, n_actions)
+        self.model = build_model(cfg.model, obs_shape, n_actions, action_bounds(self.envs))
         self.version = -1
         self.lineage = ""
         self._env_failures_reported = 0

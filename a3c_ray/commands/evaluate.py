@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from a3c_ray.algo.evaluation import run_episodes, summarize
 from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import ActorCritic, build_model, num_params, set_flat_params
 from a3c_ray.config import EnvConfig
-from a3c_ray.envs.make import check_env, is_atari, make_eval_env
+from a3c_ray.envs.make import action_bounds, check_env, env_spaces, is_atari, make_eval_env
 from a3c_ray.errors import CheckpointError, ConfigError
 from a3c_ray.rundir.checkpoint import load_checkpoint
 
@@ -24,11 +25,14 @@ def env_config_from_checkpoint(state: dict[str, Any]) -> EnvConfig:
     return meta.env_config(stack_from_shape=is_atari(meta.env_id))
 
 
-def model_from_checkpoint(state: dict[str, Any]) -> ActorCritic:
-    """Rebuild the network a checkpoint was saved from and load its weights."""
+def model_from_checkpoint(
+    state: dict[str, Any], bounds: tuple[np.ndarray, np.ndarray] | None = None
+) -> ActorCritic:
+    """Rebuild the network a checkpoint was saved from and load its weights; ``bounds``: those of
+    the env's Box actions, which a Gaussian policy is fitted to."""
     try:
         meta = CheckpointMeta.from_state(state)
-        model = build_model(meta.model_config(), meta.obs_shape, meta.n_actions)
+        model = build_model(meta.model_config(), meta.obs_shape, meta.n_actions, bounds)
     except (TypeError, ValueError) as e:
         raise CheckpointError(
             f"checkpoint {state['path']} has an unusable model description ({e})"
@@ -54,7 +58,7 @@ def evaluate_checkpoint(
     problem = check_env(env_cfg)
     if problem:
         raise ConfigError([f"checkpoint {state['path']}: {problem}"])
-    model = model_from_checkpoint(state)
+    model = model_from_checkpoint(state, action_bounds(env_spaces(env_cfg)[1]))
     if video_dir is not None:
         if importlib.util.find_spec("moviepy") is None:
             raise ConfigError(["--video needs moviepy: pip install 'a3c-ray[video]'"])

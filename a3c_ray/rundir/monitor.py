@@ -23,7 +23,7 @@ from a3c_ray.algo.models import build_model, set_flat_params
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.algo.stats import WindowStats
 from a3c_ray.config import Config
-from a3c_ray.envs.make import make_eval_env
+from a3c_ray.envs.make import action_bounds, make_eval_env
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager
 from a3c_ray.rundir.storage import RunStorage
@@ -59,7 +59,7 @@ class Monitor:
             on_delete=lambda p: self.storage.delete(self._rel(p)),
         )
         self.env = make_eval_env(cfg.env)
-        self.model = build_model(cfg.model, obs_shape, n_actions)
+        self.model = build_model(cfg.model, obs_shape, n_actions, action_bounds(self.env))
         self.n_evals = 0
         self.last_eval_time = time.monotonic()
         self.last_eval_return: float | None = None
