@@ -78,8 +78,8 @@ class ParameterServer:
         self.env_restarts = 0
         self.restarts = 0
         self.worker_steps: dict[int, int] = {}
-        # Per Worker slot: the id of its last push and the answer it got (``_repeat``).
-        self._answered: dict[int, tuple[str, int, PushReply]] = {}
+        # Per Worker slot: the id of its last push, and whether it was applied and found stale.
+        self._answered: dict[int, tuple[str, int, bool, bool]] = {}
         self.desired_workers: int | None = None
         self.retiring: set[int] = set()
         self.episodes = 0
@@ -141,26 +141,30 @@ class ParameterServer:
             applied = True
         self._pending.add_push(p.stats)
         self._check_stop()
+        if p.seq >= 0:
+            self._answered[p.worker] = (p.sender, p.seq, applied, stale and not applied)
+        return self._reply(p, applied, stale and not applied)
+
+    def _reply(self, p: GradientPush, applied: bool, stale: bool) -> PushReply:
+        """The newest weights when the Worker's are behind, the version, and whether to stop."""
         moved = self.version != p.version or bool(p.lineage and p.lineage != self.lineage)
         weights = self.weights() if moved else None
         stop = self.stop_reason is not None or p.worker in self.retiring
-        reply = PushReply(weights, self.version, stop, applied, self.lineage, stale and not applied)
-        if p.seq >= 0:
-            self._answered[p.worker] = (p.sender, p.seq, reply)
-        return reply
+        return PushReply(weights, self.version, stop, applied, self.lineage, stale)
 
     def _repeat(self, p: GradientPush) -> PushReply | None:
         """The answer to a push this shard has seen already (sent again after a lost reply or a
-        compiled graph's timeout), which is not applied again; None for a new push."""
+        compiled graph's timeout), which is not applied again: applied or not, stale or not, as
+        the first time, with the newest weights (not a copy per Worker kept for the purpose);
+        None for a new push."""
         if p.seq < 0 or p.worker not in self._answered:
             return None
-        sender, seq, reply = self._answered[p.worker]
+        sender, seq, applied, stale = self._answered[p.worker]
         if sender != p.sender or p.seq > seq:
             return None
-        if p.seq == seq:
-            return reply
-        # An older push of the Worker's, arriving after its next one: a graph's late message.
-        return PushReply(None, self.version, reply.stop, False, self.lineage)
+        if p.seq < seq:  # an older push, arriving after the Worker's next: a graph's late message
+            applied = stale = False
+        return self._reply(p, applied, stale)
 
     def _apply(self, grad: torch.Tensor, norm: float, staleness: int) -> None:
         if self.t_first is None:
