@@ -118,7 +118,9 @@ class RunConfig:
     max_steps: int = 1_000_000
     """Stop after this many env steps, summed over all Workers."""
     target_return: float | None = None
-    """Stop once the mean return of the last 100 training episodes reaches this; null never."""
+    """Stop once the mean return of the last 100 training episodes reaches this (or an evaluation does, with ``run.target_from: eval``); null never."""
+    target_from: str = "train"
+    """What ``target_return`` is compared with: ``train``, the mean undiscounted return of the last 100 training episodes of all Workers; ``eval``, each of the Monitor's evaluations (the mean of ``monitor.eval_episodes`` whole episodes), so that a run stops at the first evaluation that reaches it."""
     time_limit: float | None = None
     """Stop after this many seconds of training (from the first gradient applied); null never."""
     seed: int = 0
@@ -139,6 +141,8 @@ class RunConfig:
     """Restarts allowed per Worker slot; one more failure stops the run with an error."""
     restart_backoff: float = 1.0
     """Seconds before restarting a failed Worker, doubled for each further failure of that slot."""
+    stop_grace: float = 15.0
+    """Seconds a stopping run (target, a limit, Ctrl-C, SIGTERM) waits for its Workers' last pushes. A Worker that has not started by then (no free CPU for it) is not waited for at all, and one still busy after it (stuck in its env) is killed: a run ends within this bound plus its final checkpoint."""
 
 
 @dataclass
@@ -156,6 +160,9 @@ class MonitorConfig:
     video_every: int = 0
     """Record one eval episode to TensorBoard as a video every Nth evaluation; 0 never."""
 
+
+TARGET_SOURCES = ("train", "eval")
+"""``run.target_from``: the training episodes' mean of the last 100, or the Monitor's evaluations."""
 
 MAX_GRAPH_WORKERS = 32  # the most ps.graph_workers: each shard's threads for compiled graphs
 
@@ -416,6 +423,11 @@ class Config:
             r.max_worker_restarts >= 0,
             f"run.max_worker_restarts: must be >= 0, got {r.max_worker_restarts}",
         )
+        need(
+            r.target_from in TARGET_SOURCES,
+            f"run.target_from: must be one of {', '.join(TARGET_SOURCES)}, got {r.target_from!r}",
+        )
+        need(r.stop_grace >= 0, f"run.stop_grace: must be >= 0 seconds, got {r.stop_grace}")
         need(
             r.restart_backoff >= 0,
             f"run.restart_backoff: must be >= 0 seconds, got {r.restart_backoff}",

@@ -13,6 +13,21 @@ import pytest
 
 from a3c_ray.config import Config
 
+USER_RAY_VARIABLES = (
+    "RAY_ADDRESS",
+    "RAY_API_SERVER_ADDRESS",
+    "RAY_AUTH_MODE",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_TOKEN_PATH",
+    "RAY_PROMETHEUS_HOST",
+    "RAY_GRAFANA_HOST",
+    "RAY_GRAFANA_IFRAME_HOST",
+)
+"""What docs/cluster.md and docs/monitoring.md tell users to export. The suite starts without
+them, whatever the shell that runs it holds; a test that needs one sets it itself."""
+for _name in USER_RAY_VARIABLES:
+    os.environ.pop(_name, None)
+
 
 @pytest.fixture(autouse=True)
 def one_torch_thread() -> Iterator[None]:

@@ -139,16 +139,17 @@ def test_runtime_envs_are_valid_for_ray(name: str) -> None:
 
 
 def test_runtime_env_pip_list_matches_the_project_dependencies() -> None:
-    """pip gets every runtime dependency of pyproject.toml except ray, which the cluster has."""
+    """pip gets every runtime dependency of pyproject.toml except ray, which the cluster has, and
+    the s3 extra: a run directory on S3 is what lets a run outlive its cluster."""
     import re
 
     # The [project] dependencies array (tomllib only arrives with Python 3.11).
-    block = (
-        (ROOT / "pyproject.toml").read_text().split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
-    )
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text.split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
     deps = re.findall(r'^\s*"([^"]+)"', block, flags=re.M)
     assert any(d.startswith("torch") for d in deps)
-    expected = sorted(d.replace(" ", "") for d in deps if not d.startswith("ray"))
+    s3 = re.findall(r'"([^"]+)"', re.search(r"^s3 = \[(.*)\]", text, flags=re.M).group(1))  # type: ignore[union-attr]
+    expected = sorted(d.replace(" ", "") for d in [*deps, *s3] if not d.startswith("ray"))
     pip = load("runtime_env.yaml")["pip"]
     assert sorted(pip["packages"]) == expected
     assert "https://download.pytorch.org/whl/cpu" in pip["pip_install_options"]
@@ -320,9 +321,8 @@ def test_the_declared_gymnasium_has_the_vector_api_the_envs_use() -> None:
     bound of 1.0 lets pip keep a gymnasium on which every import of the envs fails."""
     import re
 
-    block = (
-        (ROOT / "pyproject.toml").read_text().split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
-    )
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text.split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
     (spec,) = re.findall(r'^\s*"gymnasium>=([0-9.]+)', block, flags=re.M)
     assert tuple(int(x) for x in spec.split(".")) >= (1, 1)
     assert "AutoresetMode" in (ROOT / "a3c_ray" / "envs" / "make.py").read_text()

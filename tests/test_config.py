@@ -362,3 +362,39 @@ def test_the_shipped_cartpole_config_is_the_defaults_written_out() -> None:
         assert shipped[section] == defaults[section], section
     run = {k: v for k, v in shipped["run"].items() if k not in ("max_steps", "target_return")}
     assert run == {k: v for k, v in defaults["run"].items() if k in run}
+
+
+def test_every_shipped_config_is_the_starting_point_of_its_env_or_a_named_variant() -> None:
+    from a3c_ray.configs import FOR_ENV, VARIANTS, names, resolve
+
+    for name in names():
+        env_id = Config.load(resolve(name)).env.id
+        assert FOR_ENV.get(env_id) == name or name in VARIANTS, (name, env_id)
+    for env_id, name in FOR_ENV.items():
+        assert Config.load(resolve(name)).env.id == env_id, (env_id, name)
+
+
+@pytest.mark.parametrize(
+    "argv, lr, note",
+    [
+        # --env alone: the shipped config for that env, said in one line.
+        (["--env", "Pendulum-v1"], "pendulum", True),
+        # opted out: the package defaults
+        (["--env", "Pendulum-v1", "--no-env-config"], None, False),
+        # a config given: that one, whatever --env says
+        (["--env", "Pendulum-v1", "--config", "cartpole"], "cartpole", False),
+        # an env with no shipped config: the defaults
+        (["--env", "Acrobot-v1"], None, False),
+    ],
+)
+def test_env_starts_from_its_shipped_config_unless_told_otherwise(
+    argv: list[str], lr: str | None, note: bool
+) -> None:
+    from a3c_ray.commands.cli import build_parser, config_and_note
+    from a3c_ray.configs import resolve
+
+    cfg, line = config_and_note(build_parser("train").parse_args(["train", *argv]))
+    expected = Config.load(resolve(lr)) if lr else Config()
+    assert cfg.algo == expected.algo and cfg.model == expected.model
+    assert cfg.env.id == argv[1]
+    assert (line is not None and "starts from the shipped config 'pendulum'" in line) is note

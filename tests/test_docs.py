@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from a3c_ray.commands.cli import TRAIN_FLAGS
 from a3c_ray.config_docs import field_docs, markdown_table
@@ -42,3 +43,35 @@ def test_grafana_dashboard_charts_every_ray_metric() -> None:
     for name in RAY_METRICS:
         assert f"ray_{name}" in exprs, name
     assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "run"}
+
+
+def load_docs_check() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_docs", ROOT / "docs/tools/check_docs.py")
+    assert spec is not None and spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    return check
+
+
+def test_every_command_line_in_the_docs_parses_and_every_link_resolves() -> None:
+    found, checked = load_docs_check().problems()
+    assert found == []
+    assert checked > 40  # the check does look at the docs' commands
+
+
+def test_the_docs_check_finds_a_bad_flag_and_a_missing_image_and_skips_forms(
+    tmp_path: Path,
+) -> None:
+    check = load_docs_check()
+    text = "```\na3c-ray train --nope 3\na3c-ray scale RUN --workers N\n```\n![x](gone.png)\n"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(text)
+    check.ROOT = tmp_path
+    found, checked = check.problems(tmp_path)
+    assert checked == 1  # the form with placeholders is left out
+    assert found == [
+        "README.md:5: gone.png does not exist",
+        "README.md:2: `a3c-ray train --nope 3`: a3c-ray: unrecognized arguments: --nope 3",
+    ]

@@ -11,6 +11,7 @@ import torch
 
 from a3c_ray.algo import choices
 from a3c_ray.algo.evaluation import run_episodes
+from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import (
     ActorCritic,
     build_model,
@@ -19,6 +20,7 @@ from a3c_ray.algo.models import (
     resolve_kind,
     set_flat_params,
 )
+from a3c_ray.algo.policy import Policy
 from a3c_ray.algo.worker import Worker
 from a3c_ray.config import Config, ModelConfig
 from a3c_ray.envs.make import env_spaces
@@ -227,13 +229,14 @@ def test_worker_gradient_pass_starts_from_the_rollouts_initial_state() -> None:
 
 
 def test_evaluation_carries_the_lstm_state_through_an_episode_and_resets_it_between() -> None:
-    _, model = scripted_model()
+    cfg, model = scripted_model()
     Scripted.made = 0
     env = gym.make(SCRIPTED_ID)  # episodes of 3 steps
     expected = fresh_episode_values(model, 3)
     values: list[float] = []
     model.value.register_forward_hook(lambda m, i, out: values.append(float(out)))
-    episodes = run_episodes(model, env, episodes=2, seed=0)
+    policy = Policy(model, CheckpointMeta.of(cfg, (2,), 2))
+    episodes = run_episodes(policy, env, episodes=2, seed=0)
     assert [e.length for e in episodes] == [3, 3]
     np.testing.assert_allclose(values, expected * 2, rtol=1e-5)
 

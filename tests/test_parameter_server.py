@@ -312,3 +312,34 @@ def test_restore_refuses_the_statistics_of_another_optimizer(saved: str, now: st
     assert saved_optimizer(state) == saved
     with pytest.raises(CheckpointError, match=f"holds {saved} statistics"):
         ParameterServer(cfg, np.zeros(N, dtype=np.float32), META, state)
+
+
+def test_an_evaluation_stops_the_run_at_the_target_only_with_target_from_eval() -> None:
+    by_eval = make_ps(run__target_return=18.0, run__target_from="eval")
+    assert not by_eval.evaluation_reached(17.9, env_steps=1000, train_seconds=60.0)
+    assert by_eval.stop_reason is None
+    by_eval.push(push(1.0, steps=5000, episode_returns=[21.0] * 100, episode_lengths=[900] * 100))
+    assert by_eval.stop_reason is None  # a training mean of 21 is not what this run stops on
+    assert by_eval.evaluation_reached(18.3, env_steps=4000, train_seconds=240.0)
+    p = by_eval.progress()
+    assert p.stop_reason == "target"
+    # The evaluated weights' steps and seconds, not the server's later ones.
+    assert (p.steps_to_target, p.seconds_to_target) == (4000, 240.0)
+
+    by_train = make_ps(run__target_return=18.0)
+    assert not by_train.evaluation_reached(20.0, env_steps=4000, train_seconds=240.0)
+    assert by_train.stop_reason is None
+
+
+def test_the_time_limit_is_reached_without_a_push_and_training_time_ends_at_the_stop() -> None:
+    import time
+
+    ps = make_ps(run__time_limit=0.2)
+    ps.push(push(1.0))  # the first gradient applied starts the clock
+    assert ps.progress().stop_reason is None
+    time.sleep(0.3)
+    p = ps.progress()  # no push since: the polling alone reaches the limit
+    assert p.stop_reason == "time_limit"
+    time.sleep(0.3)
+    assert ps.progress().train_seconds == pytest.approx(p.train_seconds)
+    assert 0.2 <= p.train_seconds < 0.5

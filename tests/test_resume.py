@@ -140,3 +140,60 @@ def test_resumed_run_still_solves_cartpole_within_the_uninterrupted_budget(
     s = summary(run_dir)
     assert code == 0 and s["stopped_because"] == "target", s
     assert s["steps_to_target"] <= 500_000 and s["resumed_from"] is not None
+
+
+def auto(run_dir: Path, *flags: str) -> list[str]:
+    """The one command a retried job runs every time: start the run, or continue it."""
+    return [
+        "train",
+        "--run-dir",
+        str(run_dir),
+        "--resume",
+        "auto",
+        "--workers",
+        "2",
+        "--envs-per-worker",
+        "2",
+        "--eval-every",
+        "0.5",
+        "--no-progress",
+        *flags,
+    ]
+
+
+def test_resume_auto_starts_a_run_then_continues_it_exactly(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()  # an empty directory holds no run: the run starts there
+    assert main(auto(run_dir, "--max-steps", "10000")) == 0
+    first = summary(run_dir)
+    assert first["resumed_from"] is None and first["env_steps"] >= 10_000
+    saved = load_checkpoint(run_dir / "checkpoints" / "latest")
+    assert main(auto(run_dir, "--max-steps", "20000")) == 0
+    second = summary(run_dir)
+    assert second["resumed_from"] and second["resumed_from"].endswith(
+        f"ckpt-{saved['env_steps']}.pt"
+    )
+    assert second["env_steps"] >= 20_000
+    # Counters, training time and the best evaluation went on from the checkpoint.
+    assert second["gradient_updates"] > saved["gradients_applied"]
+    assert second["train_seconds"] > saved["train_seconds"]
+    assert second["best_eval_return"] >= first["best_eval_return"]
+    assert Config.load(run_dir / "config.yaml").run.max_steps == 20_000
+
+
+def test_resume_auto_of_a_run_lost_before_its_first_checkpoint_starts_it_again(
+    ray_session: None, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "lost"
+    run_dir.mkdir()
+    small_config(run_dir).save(run_dir / "config.yaml")  # a run that died as it started
+    assert main(auto(run_dir, "--max-steps", "5000")) == 0
+    s = summary(run_dir)
+    assert s["resumed_from"] is None and s["env_steps"] >= 5_000
+
+
+def test_resume_auto_needs_a_run_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--resume", "auto"]) == 2
+    assert "--resume auto needs --run-dir" in capsys.readouterr().err

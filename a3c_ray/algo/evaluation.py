@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from a3c_ray.algo.models import ActorCritic, sample_actions
+from a3c_ray.algo.policy import Policy
 from a3c_ray.envs.make import clip_actions
 
 
@@ -17,9 +17,8 @@ class Episode(NamedTuple):
     length: int
 
 
-@torch.no_grad()
 def run_episodes(
-    model: ActorCritic, env: gym.Env, episodes: int, seed: int, greedy: bool = False
+    policy: Policy, env: gym.Env, episodes: int, seed: int, greedy: bool = False
 ) -> list[Episode]:
     """Play ``episodes`` full episodes; env and action sampling are seeded from ``seed``."""
     generator = torch.Generator().manual_seed(seed)
@@ -28,13 +27,12 @@ def run_episodes(
     for i in range(episodes):
         if i:  # not after the last one: a recording wrapper would start an empty extra video
             obs, _ = env.reset()
-        state = model.initial_state(1)
+        state = policy.initial_state(1)
         total, length, done = 0.0, 0, False
         while not done:
             # The recurrent state is carried through the episode, from zeros at its start.
-            logits, _, state = model(torch.as_tensor(obs).unsqueeze(0), state)
-            sample = sample_actions(logits, generator, greedy, model.continuous)[0].numpy()
-            action = clip_actions(env, sample) if model.continuous else int(sample)
+            actions, _, state = policy.act(np.asarray(obs)[None], state, greedy, generator)
+            action = clip_actions(env, actions[0]) if policy.continuous else int(actions[0])
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
             length += 1

@@ -79,15 +79,25 @@ class CheckpointMeta:
     """The ``env`` settings of CHECKPOINT_ENV_FIELDS."""
     model: dict[str, Any] = field(default_factory=dict)
     """The ``model`` section, field by field."""
+    spaces: dict[str, Any] = field(default_factory=dict)
+    """``observation`` and ``action``: the env's spaces as ``envs.spaces.describe_space`` gives
+    them (empty in checkpoints written before they were recorded)."""
 
     @classmethod
-    def of(cls, cfg: Config, obs_shape: tuple[int, ...], n_actions: int) -> CheckpointMeta:
+    def of(
+        cls,
+        cfg: Config,
+        obs_shape: tuple[int, ...],
+        n_actions: int,
+        spaces: dict[str, Any] | None = None,
+    ) -> CheckpointMeta:
         return cls(
             env_id=cfg.env.id,
             obs_shape=tuple(int(x) for x in obs_shape),
             n_actions=int(n_actions),
             env={k: getattr(cfg.env, k) for k in CHECKPOINT_ENV_FIELDS},
             model=dataclasses.asdict(cfg.model),
+            spaces=dict(spaces or {}),
         )
 
     @classmethod
@@ -103,6 +113,7 @@ class CheckpointMeta:
             n_actions=int(state["n_actions"]),
             env=dict(state.get("env") or {}),
             model=model,
+            spaces=dict(state.get("spaces") or {}),
         )
 
     def to_state(self) -> dict[str, Any]:
@@ -113,6 +124,7 @@ class CheckpointMeta:
             "n_actions": self.n_actions,
             "env": dict(self.env),
             "model": dict(self.model),
+            "spaces": dict(self.spaces),
         }
 
     def model_config(self) -> ModelConfig:

@@ -88,6 +88,7 @@ class ParameterServer:
         self.staleness_max = 0
         self.train_seconds_before = 0.0  # carried over from a resumed run
         self.t_first: float | None = None
+        self.t_stop: float | None = None  # when the stop was decided: training time ends there
         self.stop_reason: str | None = None
         self.steps_to_target: int | None = None
         self.seconds_to_target: float | None = None
@@ -200,16 +201,20 @@ class ParameterServer:
         if self.stop_reason is not None:
             return
         target = self.cfg.run.target_return
-        if target is not None and self.target_reached():
+        if target is not None and self.cfg.run.target_from == "train" and self.target_reached():
             self.steps_to_target = self.env_steps
             self.seconds_to_target = self.train_seconds()
-            self.stop_reason = STOP_TARGET
+            self._stop(STOP_TARGET)
         elif self.env_steps >= self.cfg.run.max_steps:
-            self.stop_reason = STOP_MAX_STEPS
+            self._stop(STOP_MAX_STEPS)
         elif (
             self.cfg.run.time_limit is not None and self.train_seconds() >= self.cfg.run.time_limit
         ):
-            self.stop_reason = STOP_TIME_LIMIT
+            self._stop(STOP_TIME_LIMIT)
+
+    def _stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        self.t_stop = time.monotonic()
 
     # -- reads -------------------------------------------------------------------------------
     def target_reached(self) -> bool:
@@ -224,7 +229,10 @@ class ParameterServer:
         return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
 
     def train_seconds(self) -> float:
-        now = 0.0 if self.t_first is None else time.monotonic() - self.t_first
+        """Seconds of training: from the first gradient applied to now, or to the stop decision
+        (Workers that take a while to stop after it add nothing), plus those of earlier sittings."""
+        end = time.monotonic() if self.t_stop is None else self.t_stop
+        now = 0.0 if self.t_first is None else max(0.0, end - self.t_first)
         return self.train_seconds_before + now
 
     def weights(self) -> np.ndarray:
@@ -240,6 +248,9 @@ class ParameterServer:
         return self.weights(), self.version, self.lineage
 
     def progress(self) -> Progress:
+        # The time limit is reached between pushes too: when every Worker is stuck or unplaced,
+        # the driver's polling is what stops the run.
+        self._check_stop()
         n = max(self.gradients_applied, 1)
         return Progress(
             env_steps=self.env_steps,
@@ -283,9 +294,21 @@ class ParameterServer:
         """Tell Worker ``worker`` to stop at its next push (its slot is not restarted)."""
         self.retiring.add(worker)
 
+    def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool:
+        """An evaluation of the weights of ``env_steps`` (``train_seconds`` of training) scored
+        ``mean``: with ``run.target_from: eval``, the run stops when that reaches the target, and
+        it reached it at those steps and seconds. True when it did."""
+        target = self.cfg.run.target_return
+        if self.cfg.run.target_from != "eval" or target is None or not mean >= target:
+            return False
+        if self.stop_reason is None:
+            self.steps_to_target, self.seconds_to_target = env_steps, train_seconds
+            self._stop(STOP_TARGET)
+        return True
+
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
-            self.stop_reason = reason
+            self._stop(reason)
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -23,7 +23,9 @@ from a3c_ray.algo.returns import gae
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
 from a3c_ray.envs.faults import count_failures
-from a3c_ray.envs.make import action_bounds, clip_actions, make_vector_env
+from a3c_ray.envs.make import action_bounds, clip_actions, emulator_seconds, make_vector_env
+
+TIMING_KEYS = ("env", "emulator", "forward", "backward", "push", "wait", "pull")
 
 
 class Rollout(NamedTuple):
@@ -75,7 +77,11 @@ class Worker:
         # a restarted Worker in the same slot counts from 0 again.
         self.sender = uuid.uuid4().hex[:12]
         self._seq = 0
-        self.timings = {"env": 0.0, "forward": 0.0, "backward": 0.0, "wait": 0.0}
+        # Seconds in each part of a Worker's loop. ``emulator`` is the part of ``env`` spent inside
+        # the Atari emulator (0 for other envs); ``push`` hands a gradient to the transport,
+        # ``wait`` blocks for the reply, ``pull`` loads the weights it brought.
+        self.timings = dict.fromkeys(TIMING_KEYS, 0.0)
+        self._emulator_start = emulator_seconds()
 
     def set_weights(self, flat: np.ndarray, version: int, lineage: str = "") -> None:
         set_flat_params(self.model, flat)
@@ -234,7 +240,9 @@ class Worker:
 
     def handle_reply(self, reply: PushReply) -> None:
         if reply.weights is not None:
+            t0 = time.perf_counter()
             self.set_weights(np.asarray(reply.weights), reply.version, reply.lineage)
+            self.timings["pull"] += time.perf_counter() - t0
 
     def run(self, push: Callable[[GradientPush], PushReply]) -> WorkerResult:
         """Train until the ParameterServer says stop; ``push`` makes the round trip."""
@@ -243,8 +251,8 @@ class Worker:
             p = self.train_step()
             t0 = time.perf_counter()
             reply = push(p)
-            self.handle_reply(reply)
             self.timings["wait"] += time.perf_counter() - t0
+            self.handle_reply(reply)
             self.pushes += 1
             if reply.stop:
                 break
@@ -264,16 +272,17 @@ class Worker:
         waiting: Callable[[], PushReply] | None = None
         while True:
             p = self.train_step()
-            t0 = time.perf_counter()
             if waiting is not None:
+                t0 = time.perf_counter()
                 reply = waiting()
+                self.timings["wait"] += time.perf_counter() - t0
                 self.handle_reply(reply)
                 if reply.stop:
-                    self.timings["wait"] += time.perf_counter() - t0
                     break
+            t0 = time.perf_counter()
             waiting = send(p)
+            self.timings["push"] += time.perf_counter() - t0
             self.pushes += 1
-            self.timings["wait"] += time.perf_counter() - t0
         return self._result(start)
 
     def _result(self, start: float) -> WorkerResult:
@@ -281,5 +290,9 @@ class Worker:
             worker=self.index,
             env_steps=self.env_steps,
             pushes=self.pushes,
-            timings={**self.timings, "total": time.perf_counter() - start},
+            timings={
+                **self.timings,
+                "emulator": emulator_seconds() - self._emulator_start,
+                "total": time.perf_counter() - start,
+            },
         )

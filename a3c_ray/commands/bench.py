@@ -11,7 +11,8 @@ In one run it measures (see ``bench_measure``):
 and prints the ratio of (3) to (1) x N, and a model of where throughput stops growing with N.
 ``--plot-runs`` instead draws the learning curves of finished training runs (``bench_plot``), and
 ``--seeds`` measures learning and keeping it over seeds (``bench_stability``), and ``--ps-scale``
-the ParameterServer alone under synthetic clients (``bench_ps``).
+the ParameterServer alone under synthetic clients (``bench_ps``), and ``--serve`` a served policy
+under HTTP clients (``bench_serve``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from a3c_ray.algo import choices
-from a3c_ray.commands import bench_ps
+from a3c_ray.commands import bench_ps, bench_serve
 from a3c_ray.commands import bench_stability as bs
-from a3c_ray.commands.bench_report import format_report
+from a3c_ray.commands.bench_report import format_profile, format_report
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
 from a3c_ray.errors import ConfigError
@@ -115,6 +116,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of the throughput report: where each Worker's time goes per agent step "
+        "(emulator, preprocessing, forward, backward, push, pull, waiting), with the "
+        "ParameterServer's and the network's costs, over --seconds of training",
+    )
+    p.add_argument(
         "--plot-runs",
         nargs="+",
         type=Path,
@@ -133,13 +141,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     bs.add_arguments(p)
     bench_ps.add_arguments(p)
+    bench_serve.add_arguments(p)
 
 
 def bench_config(args: argparse.Namespace) -> Config:
     """The config under test: the defaults with the flags and ``--set`` items applied."""
-    from a3c_ray.configs import resolve
+    from a3c_ray.configs import starting_config
 
-    cfg = Config.load(resolve(args.config)) if args.config else Config()
+    cfg, _ = starting_config(args.config, args.env)
     problems = cfg.apply_sets(args.set)
     for dest, value in (
         ("env.id", args.env),
@@ -251,6 +260,43 @@ def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[st
     }
 
 
+def profile(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
+    """Where an agent step's time goes, ``args.repeat`` times (the median run by env steps/s)."""
+    load_before = os.getloadavg()[0]
+    runs = []
+    with cluster.session(cfg, cfg.run.workers or 1, args.address, args.dashboard_port):
+        for _ in range(args.repeat):
+            runs.append(bm.train_throughput(cfg, cfg.run.workers or 1, args.seconds))
+        ps = pm.ps_in_process(cfg, args.ps_seconds)
+    run = median_run(runs, "env_steps_per_second")
+    steps_per_push = cfg.env.num_envs * cfg.algo.t_max
+    return {
+        "machine": {
+            **machine(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg()[0],
+        },
+        "settings": {
+            "env": cfg.env.id,
+            "model": cfg.model.kind,
+            "lstm": cfg.model.lstm,
+            "screen_size": cfg.env.screen_size,
+            "max_pool": cfg.env.max_pool,
+            "envs_per_worker": cfg.env.num_envs,
+            "t_max": cfg.algo.t_max,
+            "workers": cfg.run.workers,
+            "seconds": args.seconds,
+            "repeat": args.repeat,
+        },
+        "env_steps_per_second": run["env_steps_per_second"],
+        "runs": [r["env_steps_per_second"] for r in runs],
+        "per_worker": run["per_worker"],
+        "ps_us_per_push": ps["us_per_application"],
+        "ps_us_per_step": ps["us_per_application"] / steps_per_push,
+        "network": bm.network_costs(cfg),
+    }
+
+
 def raw_ale_fps(cfg: Config, seconds: float) -> float:
     """Frames/s of one bare emulator (``atari_bench.raw_ale_fps``), for roughly ``seconds``."""
     from a3c_ray.runtime.atari_bench import raw_ale_fps as bare
@@ -346,11 +392,17 @@ def run(args: argparse.Namespace) -> int:
         return plot(args)
     if args.stability_of:
         return bs.read_stability(args)
+    if args.serve:
+        return bench_serve.run(args)
     cfg = bench_config(args)
     if args.seeds is not None:
         return bs.run_stability(cfg, args)
     if args.ps_scale:
         return bench_ps.run_ps_scale(cfg, args)
+    if args.profile:
+        report = profile(cfg, args)
+        print(json.dumps(report) if args.json else format_profile(report))
+        return 0
     counts = sorted({*(args.scaling or []), cfg.run.workers})
     report = measure(cfg, counts, args)
     print(json.dumps(report) if args.json else format_report(report))

@@ -57,14 +57,16 @@ def format_report(r: dict[str, Any]) -> str:
         )
     for t in r["training"]:
         lines += ["", f"time of each Worker, {t['workers']} Workers:"]
-        lines.append("worker  env steps/s  pushes/s    env  forward  backward   wait  other")
+        lines.append(
+            "worker  env steps/s  pushes/s    env  forward  backward   push   wait   pull  other"
+        )
         for w in t["per_worker"]:
             sp = w["split"]
             lines.append(
                 f"{w['worker']:>6}  {_n(w['env_steps_per_second']):>11}  {_n(w['pushes_per_second']):>8}  "
                 + "  ".join(
                     f"{100 * sp[k]:>{max(len(k), 5) - 1}.0f}%"
-                    for k in ("env", "forward", "backward", "wait", "other")
+                    for k in ("env", "forward", "backward", "push", "wait", "pull", "other")
                 )
             )
     md = r["model"]
@@ -136,4 +138,52 @@ def format_stability(report: dict[str, Any]) -> str:
             from a3c_ray.algo.inprocess import format_trace
 
             lines += ["", f"seed {r['seed']}, every window:", format_trace(r["trace"])]
+    return "\n".join(lines)
+
+
+PROFILE_PARTS = (
+    "emulator",
+    "preprocessing",
+    "forward",
+    "backward",
+    "push",
+    "pull",
+    "wait",
+    "other",
+    "total",
+)
+
+
+def format_profile(r: dict[str, Any]) -> str:
+    """``a3c-ray bench --profile`` as a Markdown table: microseconds per agent step per Worker."""
+    s, m = r["settings"], r["machine"]
+    lines = [
+        f"{s['env']}: {s['workers']} Workers x {s['envs_per_worker']} envs, t_max {s['t_max']}, "
+        f"model {s['model']}{' + LSTM' if s['lstm'] else ''}, screen {s['screen_size']}, "
+        f"max_pool {str(s['max_pool']).lower()}; {s['seconds']:g} s measured"
+        f" (median of {s['repeat']}); load average {m['loadavg_before']:.1f} before, "
+        f"{m['loadavg_after']:.1f} after; {m['cpu_model']}, {m['cpus']} CPUs",
+        "",
+        "| us per agent step | " + " | ".join(PROFILE_PARTS) + " | steps/s |",
+        "|---" * (len(PROFILE_PARTS) + 2) + "|",
+    ]
+    for w in r["per_worker"]:
+        us = w["us_per_step"]
+        lines.append(
+            f"| Worker {w['worker']} | "
+            + " | ".join(f"{us[k]:,.0f}" for k in PROFILE_PARTS)
+            + f" | {w['env_steps_per_second']:,.0f} |"
+        )
+    n = r["network"]
+    lines += [
+        "",
+        f"training: {r['env_steps_per_second']:,.0f} agent steps/s in all "
+        f"(runs: {', '.join(f'{x:,.0f}' for x in r['runs'])})",
+        f"ParameterServer: {r['ps_us_per_push']:,.0f} us of CPU per push, "
+        f"{r['ps_us_per_step']:,.1f} us per agent step",
+        f"network per sample: forward {n['forward_us_per_sample']:,.0f} us (batch of K); "
+        f"forward + backward {n['forward_backward_us_per_sample']:,.0f} us in float32, "
+        f"{n['forward_backward_bfloat16_us_per_sample']:,.0f} us under bfloat16 autocast "
+        "(batch of t_max x K)",
+    ]
     return "\n".join(lines)

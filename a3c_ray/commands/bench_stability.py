@@ -48,6 +48,7 @@ def train_seed(cfg: Config, seed: int, run_dir: Path) -> None:
     run = driver.Run(c, run_dir, c.run.workers or 1)
     t0 = time.monotonic()
     try:
+        run.start()
         run.watch(tqdm(total=c.run.max_steps, disable=True))
         summary = run.finish(t0)
     finally:

@@ -1,4 +1,4 @@
-"""The ``a3c-ray`` command: ``train`` and ``eval``.
+"""The ``a3c-ray`` command: ``train`` and ``eval`` here, the others in their own modules.
 
 Exit codes: 0 done, 1 internal failure, 2 bad input (one line on stderr, no traceback),
 130 interrupted after a final checkpoint.
@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from a3c_ray import configs
 from a3c_ray.config import Config
+from a3c_ray.configs import FOR_ENV
 from a3c_ray.configs import names as shipped_configs
 from a3c_ray.configs import resolve as resolve_config
 from a3c_ray.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, UsageError
@@ -57,6 +59,11 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("a3c_ray.commands.submit", "run a3c-ray train as a Ray job on a cluster"),
     "bench": ("a3c_ray.commands.bench", "measure throughput against this machine's own limit"),
     "tune": ("a3c_ray.commands.tune", "search hyperparameters with Ray Tune, each trial a run"),
+    "serve": ("a3c_ray.commands.serve", "serve a trained policy over HTTP with Ray Serve"),
+    "export": (
+        "a3c_ray.commands.export",
+        "write a policy as ONNX or TorchScript, to run without a3c-ray",
+    ),
 }
 
 
@@ -73,8 +80,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     t.add_argument(
         "--config",
         type=Path,
-        help="YAML file of config sections (env, model, algo, run, monitor), or the name of a "
-        "shipped one: " + ", ".join(shipped_configs()),
+        help="YAML file of config sections (env, model, algo, run, monitor, ps, tune), or the "
+        "name of a shipped one: " + ", ".join(shipped_configs()),
     )
     t.add_argument(
         "--set",
@@ -82,6 +89,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         default=[],
         metavar="FIELD=VALUE",
         help="set any config field, e.g. --set algo.gamma=0.98 (repeatable)",
+    )
+    t.add_argument(
+        "--no-env-config",
+        action="store_true",
+        help="with --env and no --config: start from the package defaults, not from the shipped "
+        "config for that env (" + ", ".join(f"{e}: {n}" for e, n in FOR_ENV.items()) + ")",
     )
     t.add_argument(
         "--greedy", action="store_true", default=None, help="evaluate with the most likely action"
@@ -95,7 +108,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         type=str,
         metavar="RUN_DIR",
         help="continue a run from its newest good checkpoint, with its saved config "
-        "(flags may extend --max-steps and --time-limit; the env and model cannot change)",
+        "(flags may extend --max-steps and --time-limit; the env and model cannot change); "
+        "'--resume auto' with --run-dir DIR: continue the run in DIR if it holds one, else start "
+        "it there (what a resubmitted or retried job needs)",
     )
     t.add_argument(
         "--dashboard-host",
@@ -139,11 +154,42 @@ FROZEN_ON_RESUME = ("env", "model")
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    return config_and_note(args)[0]
+
+
+def config_and_note(args: argparse.Namespace) -> tuple[Config, str | None]:
+    """The run's config from the flags, and a line to print once it is valid when ``--env``
+    took its shipped config (``configs.starting_config``)."""
+    if args.resume == RESUME_AUTO:
+        where = getattr(args, "run.run_dir")
+        if not where:
+            raise ConfigError(["--resume auto needs --run-dir DIR: the run to continue or start"])
+        args.resume = where if holds_run(where) else None
+        args.auto = True
     if args.resume is not None:
-        return resume_config(args)
-    cfg = Config.load(resolve_config(args.config)) if args.config else Config()
+        return resume_config(args), None
+    cfg, note = configs.starting_config(
+        args.config, getattr(args, "env.id"), use_env_config=not args.no_env_config
+    )
     apply_overrides(cfg, args)
-    return cfg
+    if note:
+        note += "; --no-env-config for the package defaults"
+    return cfg, note
+
+
+RESUME_AUTO = "auto"
+
+
+def holds_run(run_dir: str) -> bool:
+    """True when ``run_dir`` (a path or a URI) holds a run: its config.yaml."""
+    from a3c_ray.rundir.storage import RunStorage
+
+    try:
+        return RunStorage(run_dir).has(layout.CONFIG)
+    except (OSError, ValueError, ImportError) as e:
+        raise ConfigError(
+            [f"cannot use run directory {run_dir}: {str(e).splitlines()[0]}"]
+        ) from None
 
 
 def resume_config(args: argparse.Namespace) -> Config:
@@ -206,12 +252,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     from a3c_ray.runtime.driver import train
 
-    cfg = config_from_args(args)
+    cfg, note = config_and_note(args)
+    if note:
+        from a3c_ray.algo import choices
+        from a3c_ray.envs.make import env_problems
+
+        cfg.check(choices.problems, env_problems)  # bad input stays one line, without the note
+        print(f"a3c-ray: {note}", file=sys.stderr)
     result = train(
         cfg,
         address=args.address,
         overwrite=args.overwrite,
         resume=args.resume is not None,
+        existing_ok=getattr(args, "auto", False),
         dashboard_host=args.dashboard_host,
         dashboard_port=args.dashboard_port,
     )

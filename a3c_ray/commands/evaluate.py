@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 
 from a3c_ray.algo.evaluation import run_episodes, summarize
 from a3c_ray.algo.messages import CheckpointMeta
-from a3c_ray.algo.models import ActorCritic, build_model, num_params, set_flat_params
+from a3c_ray.algo.models import ActorCritic
 from a3c_ray.config import EnvConfig
-from a3c_ray.envs.make import action_bounds, check_env, env_spaces, is_atari, make_eval_env
-from a3c_ray.errors import CheckpointError, ConfigError
+from a3c_ray.envs.make import check_env, is_atari, make_eval_env
+from a3c_ray.errors import CheckpointError, ConfigError, install_hint
 from a3c_ray.rundir.checkpoint import load_checkpoint
+from a3c_ray.rundir.policy import policy_from_state
 
 
 def env_config_from_checkpoint(state: dict[str, Any]) -> EnvConfig:
@@ -25,25 +25,9 @@ def env_config_from_checkpoint(state: dict[str, Any]) -> EnvConfig:
     return meta.env_config(stack_from_shape=is_atari(meta.env_id))
 
 
-def model_from_checkpoint(
-    state: dict[str, Any], bounds: tuple[np.ndarray, np.ndarray] | None = None
-) -> ActorCritic:
-    """Rebuild the network a checkpoint was saved from and load its weights; ``bounds``: those of
-    the env's Box actions, which a Gaussian policy is fitted to."""
-    try:
-        meta = CheckpointMeta.from_state(state)
-        model = build_model(meta.model_config(), meta.obs_shape, meta.n_actions, bounds)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(
-            f"checkpoint {state['path']} has an unusable model description ({e})"
-        ) from None
-    params = state["params"]
-    if params.numel() != num_params(model):
-        raise CheckpointError(
-            f"checkpoint {state['path']} holds {params.numel()} parameters, its model needs {num_params(model)}"
-        )
-    set_flat_params(model, params.numpy())
-    return model
+def model_from_checkpoint(state: dict[str, Any]) -> ActorCritic:
+    """The network a checkpoint was saved from, with its weights (its policy's ``model``)."""
+    return policy_from_state(state).model
 
 
 def evaluate_checkpoint(
@@ -58,10 +42,10 @@ def evaluate_checkpoint(
     problem = check_env(env_cfg)
     if problem:
         raise ConfigError([f"checkpoint {state['path']}: {problem}"])
-    model = model_from_checkpoint(state, action_bounds(env_spaces(env_cfg)[1]))
+    policy = policy_from_state(state)
     if video_dir is not None:
         if importlib.util.find_spec("moviepy") is None:
-            raise ConfigError(["--video needs moviepy: pip install 'a3c-ray[video]'"])
+            raise ConfigError([f"--video needs moviepy: {install_hint('video')}"])
         env: gym.Env = gym.wrappers.RecordVideo(
             make_eval_env(env_cfg, render_mode="rgb_array"),
             str(video_dir),
@@ -80,7 +64,7 @@ def evaluate_checkpoint(
         )
     torch.set_num_threads(1)
     try:
-        eps = run_episodes(model, env, episodes, seed, greedy=greedy)
+        eps = run_episodes(policy, env, episodes, seed, greedy=greedy)
     finally:
         env.close()
     mean, std, mean_len = summarize(eps)

@@ -3,6 +3,9 @@
 The new number is handed to the run's ParameterServer; the run's driver, which owns the Workers,
 reads it within a second and starts Workers in new slots (placed with the SPREAD strategy, so nodes
 that joined the cluster get them) or tells the newest ones to stop at their next push.
+
+More Workers than the cluster's free CPUs take are refused (exit 2) on a cluster without an
+autoscaler, where they would wait for good; with one, the command says how many will wait for it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from a3c_ray.runtime import cluster
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "run", help="the run's id, or a prefix of it that names one live run (see a3c-ray status)"
+        "run",
+        help="the live run: its run directory (e.g. runs/cp) or that directory's name, its id, or "
+        "the start of its id (see a3c-ray status)",
     )
     p.add_argument(
         "--workers", type=int, required=True, help="the number of Workers the run should have"
@@ -28,9 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError([f"--workers must be >= 1, got {args.workers}"])
-    run_id, before = cluster.set_workers(args.run, args.workers, args.address)
+    run_id, before, waiting = cluster.set_workers(args.run, args.workers, args.address)
     was = "its current number" if before is None else str(before)
     print(
         f"{run_id}: asked for {args.workers} Workers (was {was}); the driver applies it within a second"
     )
+    if waiting:
+        print(f"{run_id}: {waiting}")
     return 0

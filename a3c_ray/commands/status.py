@@ -19,7 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address", help="Ray cluster address (default: RAY_ADDRESS, else the local cluster)"
     )
-    p.add_argument("--run", help="show only runs whose id starts with this")
+    p.add_argument(
+        "--run",
+        help="show only this run: its run directory (or that directory's name), its id, or the "
+        "start of its id",
+    )
     p.add_argument(
         "--interval", type=float, default=1.0, help="seconds between the two samples of the rates"
     )
@@ -41,7 +45,8 @@ def render(records: list[dict[str, Any]]) -> str:
             + (f" | stopping: {r['stop_reason']}" if r["stop_reason"] else "")
         )
         for w in r["workers"]:
-            lines.append(f"  {w['worker']:<10} {w['state']:<11} node {w['node_id']}")
+            where = f"({w['reason']})" if w.get("reason") else f"node {w['node_id']}"
+            lines.append(f"  {w['worker']:<10} {w['state']:<11} {where}")
     return "\n".join(lines)
 
 

@@ -1,12 +1,15 @@
 """Configs shipped with the package: ``pong``, ``breakout``, ``cartpole``, ... (the YAML files here).
 
 ``resolve("pong")`` is the path of ``pong.yaml`` here; any other argument is taken as a path, so
-``--config`` can accept both a shipped name and a file.
+``--config`` can accept both a shipped name and a file. ``for_env("Pendulum-v1")`` is the shipped
+config that ``a3c-ray train --env Pendulum-v1`` starts from (settings keyed by environment id).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from a3c_ray.config import Config
 
 DIR = Path(__file__).resolve().parent
 
@@ -22,3 +25,38 @@ def resolve(name_or_path: str | Path) -> Path:
     if not p.exists() and p.parent == Path(".") and (DIR / p.with_suffix(".yaml").name).exists():
         return DIR / p.with_suffix(".yaml").name
     return p
+
+
+FOR_ENV: dict[str, str] = {
+    "CartPole-v1": "cartpole",
+    "PongNoFrameskip-v4": "pong",
+    "ALE/Pong-v5": "pong_lstm",
+    "ALE/Breakout-v5": "breakout",
+    "Pendulum-v1": "pendulum",
+    "InvertedPendulum-v5": "inverted_pendulum",
+    "a3c_ray/MaskedCartPole-v1": "masked_cartpole_lstm",
+}
+"""The shipped config each env id starts from when it is given with ``--env`` and no ``--config``."""
+
+VARIANTS = ("cartpole_throughput",)
+"""Shipped configs that are not an env's starting point, only taken by name."""
+
+
+def for_env(env_id: str) -> str | None:
+    """The name of the shipped config for ``env_id``, or None when there is none."""
+    return FOR_ENV.get(env_id)
+
+
+def starting_config(
+    config: Path | str | None, env_id: str | None, use_env_config: bool = True
+) -> tuple[Config, str | None]:
+    """What a run's settings start from, and a line that says so when it is not what was asked
+    for by name: ``config`` (a file or a shipped name); else, for an ``env_id`` with a shipped
+    config (and ``use_env_config``), that one; else the package defaults."""
+    if config:
+        return Config.load(resolve(config)), None
+    shipped = for_env(env_id) if env_id and use_env_config else None
+    if shipped is None:
+        return Config(), None
+    note = f"{env_id} starts from the shipped config '{shipped}' ({resolve(shipped)})"
+    return Config.load(resolve(shipped)), note

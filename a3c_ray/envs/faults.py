@@ -7,12 +7,14 @@ bootstrapped from V(last obs) like any time limit. Failures are counted, not hid
 cannot even be reset after several new tries is a real error and propagates.
 
 ``FlakyCartPole`` raises at random, for fault-injection tests and for trying the machinery out:
-``a3c-ray train --env a3c_ray/FlakyCartPole-v1``.
+``a3c-ray train --env a3c_ray/FlakyCartPole-v1``. ``StuckCartPole`` hangs instead, as a simulator
+can: the run's stop must not wait for it (``run.stop_grace``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from typing import Any, SupportsFloat
 
@@ -94,7 +96,24 @@ class FlakyCartPole(gym.Wrapper):
         return self.env.step(action)
 
 
+class StuckCartPole(gym.Wrapper):
+    """CartPole-v1 whose ``step`` never returns once it has taken ``stuck_after`` steps: a
+    simulator that hangs, which no exception reports."""
+
+    def __init__(self, stuck_after: int = 1_000):
+        super().__init__(gym.make("CartPole-v1"))
+        self.stuck_after = stuck_after
+        self.steps_taken = 0
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        self.steps_taken += 1
+        if self.steps_taken > self.stuck_after:
+            threading.Event().wait()  # forever
+        return self.env.step(action)
+
+
 FLAKY_ENV_ID = "a3c_ray/FlakyCartPole-v1"
+STUCK_ENV_ID = "a3c_ray/StuckCartPole-v1"
 BROKEN_ENV_ID = "a3c_ray/BrokenCartPole-v1"
 
 
@@ -103,6 +122,10 @@ def register() -> None:
     if FLAKY_ENV_ID not in gym.registry:
         gym.register(
             FLAKY_ENV_ID, entry_point="a3c_ray.envs.faults:FlakyCartPole", disable_env_checker=True
+        )
+    if STUCK_ENV_ID not in gym.registry:
+        gym.register(
+            STUCK_ENV_ID, entry_point="a3c_ray.envs.faults:StuckCartPole", disable_env_checker=True
         )
     if BROKEN_ENV_ID not in gym.registry:  # every reset fails: a Worker that cannot start
         gym.register(

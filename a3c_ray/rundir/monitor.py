@@ -19,19 +19,22 @@ from tensorboardX import SummaryWriter
 
 from a3c_ray import metric_names as M
 from a3c_ray.algo.evaluation import run_episodes, summarize
-from a3c_ray.algo.models import build_model, set_flat_params
+from a3c_ray.algo.messages import CheckpointMeta
+from a3c_ray.algo.policy import Policy
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.algo.stats import WindowStats
 from a3c_ray.config import Config
-from a3c_ray.envs.make import action_bounds, make_eval_env
+from a3c_ray.envs.make import make_eval_env
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager
+from a3c_ray.rundir.policy import policy_from_state
 from a3c_ray.rundir.storage import RunStorage
 
 
 class ParameterServerLike(Protocol):
     def drain_stats(self) -> WindowStats: ...
     def state_dict(self) -> dict[str, Any]: ...
+    def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool: ...
 
 
 class Monitor:
@@ -59,7 +62,9 @@ class Monitor:
             on_delete=lambda p: self.storage.delete(self._rel(p)),
         )
         self.env = make_eval_env(cfg.env)
-        self.model = build_model(cfg.model, obs_shape, n_actions, action_bounds(self.env))
+        # What the run's checkpoints say of it, for states that do not say it themselves.
+        self.meta = CheckpointMeta.of(cfg, obs_shape, n_actions)
+        self.policy: Policy | None = None
         self.n_evals = 0
         self.last_eval_time = time.monotonic()
         self.last_eval_return: float | None = None
@@ -78,13 +83,15 @@ class Monitor:
     def _mirror(self, path: Path) -> None:
         self.storage.upload(self._rel(path))
 
-    def tick(self, force_eval: bool = False) -> dict[str, Any]:
-        """Chart what happened since the last tick; evaluate and checkpoint when due (or forced)."""
+    def tick(self, force_eval: bool = False, evaluate: bool = True) -> dict[str, Any]:
+        """Chart what happened since the last tick; evaluate and checkpoint when due (or forced).
+        With ``evaluate`` false a forced checkpoint is saved without an evaluation first (an
+        interrupted run's: it ends within seconds whatever an evaluation would take)."""
         self.log_training(self.ps.drain_stats())
         due = time.monotonic() - self.last_eval_time >= self.cfg.monitor.eval_every
         new_steps = (self._last_steps or 0) > (self.last_eval_steps or 0)
         if force_eval or (due and new_steps):
-            self.evaluate_and_checkpoint()
+            self.evaluate_and_checkpoint(evaluate=evaluate or not force_eval)
         return self.report()
 
     def report(self) -> dict[str, Any]:
@@ -116,29 +123,33 @@ class Monitor:
                 w.add_scalar(M.UPDATE_NORM, s.update_norm, step)
         w.add_scalar(M.UPDATES_PER_SECOND, s.updates_per_second, step)
 
-    def evaluate_and_checkpoint(self) -> None:
+    def evaluate_and_checkpoint(self, evaluate: bool = True) -> None:
         """Evaluate the newest weights, then checkpoint them; a failed evaluation still checkpoints."""
         state = self.ps.state_dict()
         step = int(state["env_steps"])
         self.last_eval_steps = step
         self.last_eval_time = time.monotonic()
-        mean = self._evaluate(state, step)
+        mean = self._evaluate(state, step) if evaluate else None
         if mean is not None and (self.best_eval_return is None or mean >= self.best_eval_return):
             self.best_eval_return = mean
         # Where the run lives (its URI for a remote run), not this node's staging copy.
         self.last_checkpoint = self.storage.where(
             self._rel(self.ckpts.save(state, eval_return=mean))
         )
+        if mean is not None and self.cfg.run.target_from == "eval":
+            # After the checkpoint: the weights that reached the target are saved when it stops.
+            self.ps.evaluation_reached(mean, step, float(state["train_seconds"]))
         every = self.cfg.monitor.video_every
         if mean is not None and every and self.n_evals % every == 0:
             self.record_video(step)
 
     def _evaluate(self, state: dict[str, Any], step: int) -> float | None:
-        set_flat_params(self.model, state["params"].numpy())
+        # Built as any checkpoint's policy is; one network, new weights at each evaluation.
+        self.policy = policy_from_state({**self.meta.to_state(), **state}, reuse=self.policy)
         seed = derive_seeds(self.cfg.run.seed, Stream.EVAL, self.n_evals)[0]
         try:
             episodes = run_episodes(
-                self.model,
+                self.policy,
                 self.env,
                 self.cfg.monitor.eval_episodes,
                 seed,
@@ -164,7 +175,8 @@ class Monitor:
         env = gym.wrappers.RenderCollection(make_eval_env(self.cfg.env, render_mode="rgb_array"))
         try:
             seed = derive_seeds(self.cfg.run.seed, Stream.VIDEO, self.n_evals)[0]
-            run_episodes(self.model, env, 1, seed, greedy=self.cfg.monitor.greedy)
+            assert self.policy is not None  # a video follows an evaluation
+            run_episodes(self.policy, env, 1, seed, greedy=self.cfg.monitor.greedy)
             frames = env.render()[:max_frames]
         finally:
             env.close()

@@ -16,7 +16,7 @@ from a3c_ray.algo.optim import optimizer_mismatch
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError, ConfigError, one_line
 from a3c_ray.rundir import layout
-from a3c_ray.rundir.checkpoint import load_latest_good
+from a3c_ray.rundir.checkpoint import list_checkpoints, load_latest_good
 from a3c_ray.rundir.storage import RunStorage
 
 
@@ -33,18 +33,24 @@ def default_run_dir(env_id: str) -> Path:
     return base / f"{env_id.replace('/', '_')}-{stamp}"
 
 
-def check_run_dir(cfg: Config, overwrite: bool, resume: bool) -> RunStorage:
-    """The run directory to use: new, the one to resume, or an old one with ``overwrite``; writes nothing."""
+def check_run_dir(
+    cfg: Config, overwrite: bool, resume: bool, existing_ok: bool = False
+) -> RunStorage:
+    """The run directory to use: new, the one to resume, or an old one with ``overwrite``; writes
+    nothing. With ``existing_ok`` (``--resume auto``) a run may start in a directory that exists
+    without a run in it, and one resumed before its first checkpoint starts from the beginning."""
     location = cfg.run.run_dir or str(default_run_dir(cfg.env.id))
     try:
         storage = RunStorage(location)
-        exists = storage.exists()
+        exists = storage.exists() and not (existing_ok and not storage.has(layout.CONFIG))
         if resume:
-            state = load_latest_good(storage.download_checkpoints())
-            # Statistics of another optimizer would fail at the first push.
-            problem = optimizer_mismatch(state, cfg.algo)
-            if problem:
-                raise CheckpointError(f"its checkpoint {problem}")
+            local = storage.download_checkpoints()
+            if not (existing_ok and not list_checkpoints(local)):
+                state = load_latest_good(local)
+                # Statistics of another optimizer would fail at the first push.
+                problem = optimizer_mismatch(state, cfg.algo)
+                if problem:
+                    raise CheckpointError(f"its checkpoint {problem}")
     except CheckpointError as e:
         raise ConfigError([f"cannot resume {location}: {e}"]) from None
     except (

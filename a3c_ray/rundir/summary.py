@@ -23,6 +23,9 @@ class RunSummary(TypedDict, total=False):
     """Seconds from the first gradient applied, resumes included."""
     wall_seconds: float
     """Seconds of this invocation, start-up and final evaluation included."""
+    stopping_seconds: float | None
+    """Seconds from the driver seeing the stop decision to the last Worker done (or killed):
+    at most about ``run.stop_grace``."""
     env_steps_per_second: float | None
     target_return: float | None
     seconds_to_target: float | None

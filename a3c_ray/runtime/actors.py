@@ -156,6 +156,7 @@ for _name in (
     "set_workers",
     "retire",
     "request_stop",
+    "evaluation_reached",
 ):
     setattr(ParameterServerShell, _name, _serialized(getattr(ParameterServer, _name)))
 
@@ -208,6 +209,12 @@ class ShardedServer:
 
     def state_dict(self) -> dict[str, Any]:
         return merge_states(ray.get([h.state_dict.remote() for h in self.handles]))
+
+    def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool:
+        """The coordinator's: it keeps the run's stop."""
+        return bool(
+            ray.get(self.handles[0].evaluation_reached.remote(mean, env_steps, train_seconds))
+        )
 
     def drain_stats(self) -> WindowStats:
         """The coordinator's window; the step size is of the whole weights, from every shard's."""
@@ -270,8 +277,8 @@ class MonitorShell(Monitor):
         Monitor.__init__(self, cfg, run_dir, obs_shape, n_actions, server)
         self.metrics = EvalMetrics(run)
 
-    def evaluate_and_checkpoint(self) -> None:
-        Monitor.evaluate_and_checkpoint(self)
+    def evaluate_and_checkpoint(self, evaluate: bool = True) -> None:
+        Monitor.evaluate_and_checkpoint(self, evaluate)
         if self.last_eval_return is not None:
             self.metrics.record(self.last_eval_return)
 

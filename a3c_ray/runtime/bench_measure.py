@@ -36,7 +36,8 @@ from a3c_ray.runtime import driver
 
 WARMUP_SECONDS = 1.0
 """Training seconds left out of the window: actor start-up and the first pushes are not steady."""
-SPLIT_KEYS = ("env", "forward", "backward", "wait")
+SPLIT_KEYS = ("env", "forward", "backward", "push", "wait", "pull")
+"""The parts of a Worker's loop that do not overlap (``Worker.timings``; emulator is part of env)."""
 
 
 def frames_per_step(cfg: Config) -> int:
@@ -169,6 +170,7 @@ def train_throughput(cfg: Config, workers: int, seconds: float) -> dict[str, Any
     with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
         run = _MeasuredRun(c, Path(tmp) / f"bench-{workers}w", workers)
         try:
+            run.start()
             run.watch(tqdm(disable=True))
         finally:
             run.shutdown()
@@ -211,13 +213,70 @@ def worker_split(result: WorkerResult, seconds: float) -> dict[str, Any]:
     run's training seconds (it starts one rollout earlier and stops one push later: close enough).
     """
     t = result.timings
-    total = float(t.get("total", 0.0)) or max(seconds, sum(t[k] for k in SPLIT_KEYS), 1e-9)
-    split = {k: t[k] / total for k in SPLIT_KEYS}
+    total = float(t.get("total", 0.0)) or max(seconds, sum(t.get(k, 0.0) for k in SPLIT_KEYS), 1e-9)
+    split = {k: t.get(k, 0.0) / total for k in SPLIT_KEYS}
     split["other"] = max(0.0, 1.0 - sum(split.values()))
+    steps = max(result.env_steps, 1)
+    us = {k: 1e6 * t.get(k, 0.0) / steps for k in SPLIT_KEYS}
+    emulator = min(1e6 * t.get("emulator", 0.0) / steps, us["env"])
     return {
         "worker": result.worker,
         "env_steps_per_second": result.env_steps / total,
         "pushes_per_second": result.pushes / total,
-        "busy_seconds_per_push": (total - t["wait"]) / max(result.pushes, 1),
+        "busy_seconds_per_push": (total - t.get("wait", 0.0)) / max(result.pushes, 1),
         "split": split,
+        # Microseconds of the Worker's wall time per agent step, the env's split in two.
+        "us_per_step": {
+            "emulator": emulator,
+            "preprocessing": us["env"] - emulator,
+            **{k: v for k, v in us.items() if k != "env"},
+            "other": 1e6 * total * split["other"] / steps,
+            "total": 1e6 * total / steps,
+        },
     }
+
+
+def network_costs(cfg: Config, repeats: int = 20) -> dict[str, float]:
+    """Microseconds per sample of the network as a Worker runs it, one torch thread: the forward
+    pass of a rollout step (batch K), and forward and backward of a whole rollout (batch T x K), in
+    float32 and under bfloat16 autocast (which this CPU may or may not run fast)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        obs_space, act_space = env_spaces(cfg.env)
+        model = build_model(cfg.model, obs_space.shape, action_size(act_space))
+        k, t = cfg.env.num_envs, cfg.algo.t_max
+        low, high = float(obs_space.low.min()), float(obs_space.high.max())
+        batch = torch.rand(t * k, *obs_space.shape) * (min(high, 255.0) - max(low, -1.0))
+        state = model.initial_state(k)
+
+        def forward() -> None:
+            with torch.no_grad():
+                model(batch[:k], state)
+
+        def forward_backward(dtype: torch.dtype | None) -> Any:
+            def step() -> None:
+                with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                    logits, values, _ = model(batch, model.initial_state(t * k))
+                (logits.float().sum() + values.float().sum()).backward()
+
+            return step
+
+        def timed(fn: Any, n: int) -> float:
+            fn()  # the first call allocates
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            return (time.perf_counter() - t0) / n
+
+        return {
+            "forward_us_per_sample": 1e6 * timed(forward, repeats) / k,
+            "forward_backward_us_per_sample": 1e6
+            * timed(forward_backward(None), max(2, repeats // 4))
+            / (t * k),
+            "forward_backward_bfloat16_us_per_sample": 1e6
+            * timed(forward_backward(torch.bfloat16), max(2, repeats // 4))
+            / (t * k),
+        }
+    finally:
+        torch.set_num_threads(threads)

@@ -33,6 +33,7 @@ from a3c_ray.algo import parameter_server as ps_mod
 from a3c_ray.algo.messages import CheckpointMeta, Progress, WorkerResult
 from a3c_ray.config import Config
 from a3c_ray.envs.make import action_size, env_problems, env_spaces, resolve_policy
+from a3c_ray.envs.spaces import recorded_spaces
 from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import atomic_write
@@ -42,11 +43,21 @@ from a3c_ray.rundir.summary import RunSummary, summary_json
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.cluster import connect
 from a3c_ray.runtime.metrics import DriverMetrics
-from a3c_ray.runtime.placement import default_workers, shard_placement, worker_placement
+from a3c_ray.runtime.placement import (
+    default_workers,
+    get_current_placement_group,
+    shard_placement,
+    start_shortfall,
+    worker_placement,
+)
 from a3c_ray.runtime.ps_group import ParameterServerGroup
 from a3c_ray.runtime.remote import NAMESPACE
 
 MAX_BACKOFF_SECONDS = 60.0
+CALL_TIMEOUT = 30.0
+"""Seconds a stopping driver waits for an answer from the ParameterServer or the Monitor."""
+FINAL_CHECKPOINT_TIMEOUT = 600.0
+"""Seconds for the final evaluation and checkpoint (a slow storage, a long Atari game)."""
 log = logging.getLogger("a3c_ray")
 
 
@@ -77,7 +88,13 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 class Run:
-    """The actors of one run, and the loop that watches them."""
+    """The actors of one run, and the loop that watches them.
+
+    ``start`` creates the actors; whatever it created is what ``shutdown`` kills, also when it was
+    interrupted half way. A run that decides to stop ends within ``run.stop_grace`` seconds
+    (``watch`` and ``interrupt``): Workers that never started are killed at once, and those still
+    busy at the end of the grace are killed too.
+    """
 
     def __init__(self, cfg: Config, storage: RunStorage | str | os.PathLike[str], workers: int):
         self.cfg = cfg
@@ -91,7 +108,37 @@ class Run:
         obs_space, act_space = env_spaces(cfg.env)
         self.obs_shape = tuple(int(x) for x in obs_space.shape)
         self.n_actions = action_size(act_space)
-        meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions)
+        self.shards: list[Any] = []
+        self.ps: Any = None
+        self.monitor: Any = None
+        self.start_steps = 0
+        self.restored_from: str | None = None
+        self.metrics = DriverMetrics(self.run_id)
+        self.worker_cls = actors.worker_class()
+        self.workers: dict[int, Any] = {}
+        self.pending: dict[Any, int] = {}
+        # slot -> a call queued before the Worker's ``train``: done once the Worker is placed
+        self.started: dict[int, Any] = {}
+        self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
+        self.restart_at: dict[int, float] = {}
+        self.worker_restarts = 0
+        self.retiring: set[int] = set()
+        self.current_workers = workers
+        self.results: dict[int, WorkerResult] = {}
+        self.errors: list[str] = []
+        self.failure_log: list[str] = []
+        self.monitor_report: dict[str, Any] = {}
+        self.tick_ref: Any = None
+        self.last_tick = 0.0
+        self.stopping_since: float | None = None
+        self.stopping_seconds: float | None = None
+        self.progress: Progress | None = None
+        self.spaces = recorded_spaces(obs_space, act_space)
+
+    def start(self) -> None:
+        """Start the ParameterServer's shards and the Monitor, wait for the shards, start the Workers."""
+        cfg, run_dir = self.cfg, self.run_dir
+        meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions, self.spaces)
         restartable = {"max_restarts": -1, "max_task_retries": -1, "namespace": NAMESPACE}
         self.ps_group = ParameterServerGroup(cfg, meta, run_dir, self.run_id, restartable)
         self.shards = self.ps_group.handles
@@ -110,23 +157,8 @@ class Run:
         start = ray.get(self.ps.progress.remote())
         self.start_steps = start.env_steps
         self.restored_from = start.restored_from
-        self.metrics = DriverMetrics(self.run_id)
-        self.worker_cls = actors.worker_class()
-        self.workers: dict[int, Any] = {}
-        self.pending: dict[Any, int] = {}
-        self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
-        self.restart_at: dict[int, float] = {}
-        self.worker_restarts = 0
-        self.retiring: set[int] = set()
-        self.current_workers = workers
-        self.results: dict[int, WorkerResult] = {}
-        self.errors: list[str] = []
-        self.failure_log: list[str] = []
-        self.monitor_report: dict[str, Any] = {}
-        self.tick_ref: Any = None
-        self.last_tick = 0.0
-        self.progress: Progress = start
-        for i in range(workers):
+        self.progress = start
+        for i in range(self.n_workers):
             self._start_worker(i)
 
     # -- workers -----------------------------------------------------------------------------
@@ -142,6 +174,7 @@ class Run:
             **worker_placement(),
         ).remote(self.cfg, i, self.obs_shape, self.n_actions, stream)
         self.workers[i] = w
+        self.started[i] = w.node_id.remote()  # runs before train: done once the actor exists
         self.pending[w.train.remote(self.shards)] = i
         self.metrics.worker_slot(i)
 
@@ -199,42 +232,72 @@ class Run:
     # -- the loop ----------------------------------------------------------------------------
     def watch(self, bar: tqdm | None, until: float | None = None) -> bool:
         """Wait for the Workers to finish, ticking the Monitor and the progress bar (if any)
-        meanwhile.
+        meanwhile; once the run stops, wait for its Workers within ``run.stop_grace``.
 
         With ``until`` (a ``time.monotonic()`` deadline), return at it; True once every Worker is
         done (the run has ended), False when the deadline came first."""
         while self.pending or self.restart_at:
             if until is not None and time.monotonic() >= until:
                 return False
-            ready, _ = (
-                ray.wait(list(self.pending), num_returns=1, timeout=0.25)
-                if self.pending
-                else ([], [])
-            )
-            for ref in ready:
-                i = self.pending.pop(ref)
-                try:
-                    self.results[i] = ray.get(ref)
-                except ray.exceptions.RayError as e:
-                    self._worker_failed(i, e)
-                else:
-                    if i in self.retiring:  # scaled down: free its CPU now
-                        ray.kill(self.workers[i], no_restart=True)
+            self._collect(0.25)
             self._tick_monitor()
             self.ps_group.resync()
             progress: Progress = ray.get(self.ps.progress.remote())
             self.progress = progress
             stopping = progress.stop_reason is not None
             self._restart_due_workers(stopping)
-            if not stopping and progress.desired_workers is not None:
+            if stopping:
+                self._end_stragglers()
+            elif progress.desired_workers is not None:
                 self._scale_to(progress.desired_workers)
             if bar is not None:
                 self._refresh(bar, progress)
+        self._stopped()
         if self.tick_ref is not None:
             with contextlib.suppress(ray.exceptions.RayError):
-                self.monitor_report = ray.get(self.tick_ref)
+                self.monitor_report = ray.get(self.tick_ref, timeout=CALL_TIMEOUT)
             self.tick_ref = None
         return True
+
+    def _stopped(self) -> None:
+        if self.stopping_since is not None and self.stopping_seconds is None:
+            self.stopping_seconds = round(time.monotonic() - self.stopping_since, 3)
+
+    def _collect(self, timeout: float) -> None:
+        """Take the results of the Workers that finished within ``timeout`` seconds."""
+        if not self.pending:
+            return
+        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=timeout)
+        for ref in ready:
+            i = self.pending.pop(ref)
+            try:
+                self.results[i] = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                self._worker_failed(i, e)
+            else:
+                if i in self.retiring:  # scaled down: free its CPU now
+                    ray.kill(self.workers[i], no_restart=True)
+
+    def _end_stragglers(self) -> None:
+        """Once stopping: kill the Workers that never started (no CPU for them: nothing to wait
+        for), and after ``run.stop_grace`` seconds those that have not finished (stuck)."""
+        now = time.monotonic()
+        if self.stopping_since is None:
+            self.stopping_since = now
+        overdue = now - self.stopping_since >= self.cfg.run.stop_grace
+        for ref, i in list(self.pending.items()):
+            never_started = not ray.wait([self.started[i]], timeout=0)[0]
+            if never_started or overdue:
+                del self.pending[ref]
+                with contextlib.suppress(Exception):
+                    ray.kill(self.workers[i], no_restart=True)
+                why = (
+                    "never started (no resources for it)"
+                    if never_started
+                    else f"did not stop within run.stop_grace={self.cfg.run.stop_grace:g} s"
+                )
+                self.failure_log.append(f"worker {i} {why}: killed")
+                log.warning("worker %d %s: killed", i, why)
 
     def _tick_monitor(self) -> None:
         """Take the Monitor's last report when it is in; ask for the next every monitor.log_every."""
@@ -260,21 +323,43 @@ class Run:
             refresh=False,
         )
 
-    def interrupt(self, grace: float = 30.0) -> None:
-        """Stop the Workers at their next push and wait for them (bounded)."""
+    def interrupt(self) -> None:
+        """Stop the Workers at their next push, and end them within ``run.stop_grace``."""
         self.restart_at.clear()
-        ray.get(self.ps.request_stop.remote(ps_mod.STOP_INTERRUPTED))
-        if self.pending:
-            ray.wait(list(self.pending), num_returns=len(self.pending), timeout=grace)
+        if self.ps is not None:
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get(self.ps.request_stop.remote(ps_mod.STOP_INTERRUPTED), timeout=CALL_TIMEOUT)
+        while self.pending:
+            self._collect(0.25)
+            self._end_stragglers()
+        self._stopped()
 
-    def finish(self, started_at: float) -> RunSummary:
-        """Final evaluation and checkpoint, then the summary."""
+    def finish(self, started_at: float, evaluate: bool = True) -> RunSummary:
+        """The final checkpoint, after a final evaluation with ``evaluate`` (an interrupted run
+        skips it to end soon), then the summary."""
+        p = self.progress
         try:
-            self.monitor_report = ray.get(self.monitor.tick.remote(force_eval=True))
-            ray.get(self.monitor.close.remote())
+            if self.monitor is not None:
+                self.monitor_report = ray.get(
+                    self.monitor.tick.remote(force_eval=True, evaluate=evaluate),
+                    timeout=FINAL_CHECKPOINT_TIMEOUT,
+                )
+                ray.get(self.monitor.close.remote(), timeout=CALL_TIMEOUT)
         except ray.exceptions.RayError as e:
             self.errors.append(f"monitor: {one_line(e)}")
-        p = ray.get(self.ps.progress.remote())
+        try:
+            if self.ps is not None:
+                p = ray.get(self.ps.progress.remote(), timeout=CALL_TIMEOUT)
+        except ray.exceptions.RayError as e:
+            self.errors.append(f"parameter server: {one_line(e)}")
+        if p is None:  # interrupted before the ParameterServer answered once
+            return RunSummary(
+                env_id=self.cfg.env.id,
+                run_dir=str(self.run_dir),
+                run_id=self.run_id,
+                stopped_because=ps_mod.STOP_INTERRUPTED,
+                errors=self.errors,
+            )
         nodes = sorted({r.node_id for r in self.results.values() if r.node_id is not None})
         return RunSummary(
             env_id=self.cfg.env.id,
@@ -284,6 +369,7 @@ class Run:
             gradient_updates=p.gradients_applied,
             train_seconds=round(p.train_seconds, 3),
             wall_seconds=round(time.monotonic() - started_at, 3),
+            stopping_seconds=self.stopping_seconds,
             env_steps_per_second=_rate(p.env_steps - self.start_steps, p.train_seconds),
             target_return=self.cfg.run.target_return,
             seconds_to_target=p.seconds_to_target,
@@ -306,7 +392,7 @@ class Run:
             worker_nodes=nodes,
             pushes=sum(r.pushes for r in self.results.values()),
             pushes_by_graph=sum(r.pushes_by_graph for r in self.results.values()),
-            ps_nodes=self.ps_group.nodes(),
+            ps_nodes=self.ps_group.nodes() if self.shards else [],
             run_id=self.run_id,
             run_dir=str(self.run_dir),
             failures=self.failure_log[-20:],
@@ -315,6 +401,8 @@ class Run:
 
     def shutdown(self) -> None:
         for actor in [*self.workers.values(), self.monitor, *self.shards]:
+            if actor is None:
+                continue
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
 
@@ -340,15 +428,19 @@ def train(
     resume: bool = False,
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int | None = None,
+    existing_ok: bool = False,
 ) -> RunResult:
-    """Run one training to its end. Bad input raises ConfigError before anything is written."""
+    """Run one training to its end. Bad input raises ConfigError before anything is written.
+
+    ``resume`` continues the run in ``run.run_dir``; ``existing_ok`` lets a new run start in a
+    directory that exists but holds no run yet (``--resume auto``)."""
     cfg.check(choices.problems, env_problems)
     resolve_policy(cfg)
-    storage = check_run_dir(cfg, overwrite, resume)
+    storage = check_run_dir(cfg, overwrite, resume, existing_ok)
     run_dir = storage.location
     started = connect(cfg, address, dashboard_host, dashboard_port)
     prepare_run_dir(storage, overwrite and not resume)
-    run = None
+    run: Run | None = None
     interrupted = False
     summary = RunSummary(env_id=cfg.env.id, run_dir=str(run_dir))
     bar = tqdm(
@@ -362,19 +454,25 @@ def train(
     try:
         cfg.run.workers = cfg.run.workers or default_workers(cfg, started)
         write_file(storage, layout.CONFIG, cfg.to_yaml())
+        if get_current_placement_group() is None:  # a Tune trial's resources are reserved
+            shortfall = start_shortfall(cfg, cfg.run.workers)
+            if shortfall:
+                log.warning("a3c-ray: %s", shortfall)
         t0 = time.monotonic()
         with sigterm_as_interrupt():
             try:
                 run = Run(cfg, storage, cfg.run.workers)
+                run.start()
                 run.watch(bar)
             except KeyboardInterrupt:
                 interrupted = True
                 if run is not None:
                     run.interrupt()
             bar.close()
-            summary = run.finish(t0) if run is not None else RunSummary(**summary, errors=[])
-            if interrupted:
-                summary["stopped_because"] = ps_mod.STOP_INTERRUPTED
+            if run is not None:
+                summary = run.finish(t0, evaluate=not interrupted)
+            else:
+                summary = RunSummary(**summary, stopped_because=ps_mod.STOP_INTERRUPTED, errors=[])
             write_file(storage, layout.SUMMARY, summary_json(summary))
     finally:
         bar.close()

@@ -99,3 +99,44 @@ def _in(group: PlacementGroup, bundle: int) -> dict[str, Any]:
             group, placement_group_bundle_index=bundle, placement_group_capture_child_tasks=True
         )
     }
+
+
+def free_cpus() -> float:
+    """Logical CPUs of the cluster that no actor or task holds now."""
+    return float(ray.available_resources().get("CPU", 0.0))
+
+
+def autoscaler_cpus() -> float | None:
+    """The most CPUs the cluster's autoscaler may grow it to; None when it has none (a local or
+    fixed-size cluster), so that what is not free now may never be."""
+    try:  # the autoscaler publishes its node types in the GCS; Ray Data reads them the same way
+        from ray._private.state import state
+
+        limits = state.get_max_resources_from_cluster_config()
+    except Exception:  # a Ray without it, or a GCS that does not answer: assume no autoscaler
+        return None
+    return float(limits.get("CPU", 0.0)) if limits else None
+
+
+def waiting_line(workers: int, asked: float, free: float, scale_to: float | None) -> str:
+    """What happens to ``workers`` Workers that ask for ``asked`` CPUs more than the ``free`` ones."""
+    where = (
+        f"for the autoscaler to add nodes (up to {scale_to:g} CPUs)"
+        if scale_to
+        else "until CPUs free up: this cluster has no autoscaler"
+    )
+    return (
+        f"{workers} Worker{'s' if workers != 1 else ''} will wait {where} "
+        f"({asked:g} CPUs asked, {free:g} free)"
+    )
+
+
+def start_shortfall(cfg: Config, workers: int) -> str | None:
+    """One line when a run's ``workers`` Workers, its ParameterServer and its Monitor do not all
+    fit in the cluster's free CPUs now (before they start); None when they do."""
+    asked = workers * cfg.run.worker_cpus + central_cpus(cfg)
+    free = free_cpus()
+    if asked <= free + 1e-9:
+        return None
+    fit = max(0, int((free - central_cpus(cfg) + 1e-9) // cfg.run.worker_cpus))
+    return waiting_line(workers - fit, asked, free, autoscaler_cpus())

@@ -139,6 +139,7 @@ class A3C(tune.Trainable):
         if self.run is None:
             self.run = Run(self.cfg, self.storage, int(self.cfg.run.workers or 1))
             self.t0, self.started = time.monotonic(), True
+            self.run.start()
         run = self.run
         deadline = time.monotonic() + self.cfg.tune.report_every
         while not (done := run.watch(None, until=deadline)) and math.isnan(self._metric()):
@@ -152,7 +153,7 @@ class A3C(tune.Trainable):
 
     def _result(self) -> dict[str, Any]:
         """What the trial reports: the run's counters, while it runs or from its summary."""
-        if self.run is not None:
+        if self.run is not None and self.run.progress is not None:
             p, m = self.run.progress, self.run.monitor_report
             values = {
                 "env_steps": p.env_steps,
@@ -186,7 +187,7 @@ class A3C(tune.Trainable):
         try:
             if interrupted:
                 run.interrupt()
-            summary = run.finish(self.t0)
+            summary = run.finish(self.t0, evaluate=not interrupted)
             if interrupted:
                 summary["stopped_because"] = ps_mod.STOP_INTERRUPTED
             write_file(self.storage, layout.SUMMARY, summary_json(summary))
