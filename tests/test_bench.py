@@ -146,6 +146,12 @@ def test_parameter_server_in_process_applies_gradients() -> None:
 
 
 # -- learning curves ----------------------------------------------------------------------------
+def test_the_synthetic_pushes_carry_the_norm_of_their_whole_gradient() -> None:
+    """As a Worker's router sends them: every shard then clips by the whole gradient's norm."""
+    for p in pm._pushes(Config(), 5_000):
+        assert p.norm == pytest.approx(float(np.linalg.norm(p.grad)), rel=1e-5)
+
+
 def test_moving_mean_is_over_the_last_100_episodes() -> None:
     values = np.arange(1, 201, dtype=float)
     m = moving_mean(values)

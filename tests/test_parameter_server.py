@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush
+from a3c_ray.algo.optim import saved_optimizer
 from a3c_ray.algo.parameter_server import ParameterServer
 from a3c_ray.config import Config
+from a3c_ray.errors import CheckpointError
 
 N = 10
 META = CheckpointMeta(env_id="CartPole-v1", obs_shape=(4,), n_actions=2)
@@ -66,6 +68,32 @@ def test_staleness_is_tracked_and_max_staleness_drops_old_gradients() -> None:
     assert reply.weights is not None  # the worker is behind: it gets the newest weights
     p = ps.progress()
     assert p.staleness_max == 1 and p.staleness_mean == pytest.approx(0.5)
+
+
+def test_a_repeated_push_is_applied_once_and_answered_as_the_first_time() -> None:
+    """A push sent again (its reply lost, a compiled graph that timed out) changes nothing: not
+    the weights, not the counters, not the episodes."""
+    ps = make_ps()
+    p = push(1.0, worker=1, seq=0, sender="a", episode_returns=[5.0], episode_lengths=[3])
+    first = ps.push(p)
+    again = ps.push(p)
+    assert (again.version, again.applied, again.stop, again.lineage) == (
+        first.version,
+        first.applied,
+        first.stop,
+        first.lineage,
+    )
+    assert again.weights is first.weights
+    assert (ps.version, ps.env_steps, ps.episodes) == (1, 10, 1)
+    # The Worker's next push, and a restarted Worker in the same slot counting from 0 again.
+    assert ps.push(push(1.0, version=1, worker=1, seq=1, sender="a")).applied
+    assert not ps.push(push(1.0, version=1, worker=1, seq=0, sender="a")).applied  # older
+    assert ps.push(push(1.0, version=2, worker=1, seq=0, sender="b")).applied
+    assert (ps.version, ps.env_steps) == (3, 30)
+    # Pushes without an id (seq -1) are each applied.
+    ps.push(push(1.0, version=3))
+    ps.push(push(1.0, version=4))
+    assert ps.version == 5
 
 
 def test_gradient_is_clipped_to_global_norm() -> None:
@@ -266,6 +294,24 @@ def test_a_restored_server_steps_with_its_own_config_and_the_checkpoints_statist
     key = "square_avg" if optimizer == "rmsprop" else "exp_avg_sq"
     restored = next(iter(ps.optimizer.state.values()))[key]
     assert np.array_equal(restored.numpy(), next(iter(donor.optimizer.state.values()))[key].numpy())
+
+
+@pytest.mark.parametrize(("saved", "now"), [("rmsprop", "adam"), ("adam", "rmsprop")])
+def test_restore_refuses_the_statistics_of_another_optimizer(saved: str, now: str) -> None:
+    """Not a KeyError at the first push: a clear refusal before the server starts."""
+    old = make_ps(algo__optimizer=saved)
+    old.push(push(1.0))
+    state = old.state_dict()
+    assert saved_optimizer(state) == saved
+    cfg = Config()
+    cfg.algo.optimizer = now
+    with pytest.raises(CheckpointError, match=f"holds {saved} statistics.*algo.optimizer is {now}"):
+        ParameterServer(cfg, np.zeros(N, dtype=np.float32), META, state)
+    # A checkpoint written before it recorded the optimizer's name is read from its statistics.
+    del state["optimizer_name"]
+    assert saved_optimizer(state) == saved
+    with pytest.raises(CheckpointError, match=f"holds {saved} statistics"):
+        ParameterServer(cfg, np.zeros(N, dtype=np.float32), META, state)
 
 
 def test_an_evaluation_stops_the_run_at_the_target_only_with_target_from_eval() -> None:

@@ -190,6 +190,15 @@ def clip_actions(env: Any, actions: np.ndarray) -> np.ndarray:
     return actions
 
 
+def action_bounds(env: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The low and high bounds of the Box actions of an env, a vector env (its single env's) or an
+    action space; None for other actions."""
+    space = getattr(env, "single_action_space", None) or getattr(env, "action_space", env)
+    if isinstance(space, gym.spaces.Box):
+        return space.low, space.high
+    return None
+
+
 def resolve_policy(cfg: Config) -> None:
     """Set ``model.policy: auto`` to the distribution the env's action space takes, so that every
     actor, the saved config and the checkpoints say which it is."""
