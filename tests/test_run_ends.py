@@ -46,6 +46,7 @@ def ray_session() -> Iterator[None]:
     yield
     ray.shutdown()
 
+
 # What the machine may add to a bound on its own: starting and killing actors, the final
 # checkpoint and the shutdown of Ray, on a busy 2-core machine.
 SLACK = 45.0
