@@ -242,7 +242,8 @@ def test_scale_adds_and_retires_workers_of_a_live_run(
         (rec,) = [r for r in json.loads(out.out) if r["run"].startswith("live-")]
         return [w["worker"] for w in rec["workers"] if w["state"] == "ALIVE"]
 
-    assert main(["scale", "live-", "--workers", "3"]) == 0
+    # As the README writes it: the run named by its directory.
+    assert main(["scale", str(live_run["run_dir"]), "--workers", "3"]) == 0
     assert "asked for 3 Workers" in capsys.readouterr().out
     wait_for(lambda: len(alive()) == 3, timeout=60, what="3 workers")
     assert main(["scale", "live-", "--workers", "1"]) == 0
