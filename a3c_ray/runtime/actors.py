@@ -147,6 +147,7 @@ for _name in (
     "set_workers",
     "retire",
     "request_stop",
+    "note_worker_restarts",
 ):
     setattr(ParameterServerShell, _name, _serialized(getattr(ParameterServer, _name)))
 

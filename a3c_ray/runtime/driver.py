@@ -120,8 +120,10 @@ class Run:
         # slot -> a call queued before the Worker's ``train``: done once the Worker is placed
         self.started: dict[int, Any] = {}
         self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
+        self.starts: dict[int, int] = {}  # slot -> Workers started in it (for their random streams)
         self.restart_at: dict[int, float] = {}
         self.worker_restarts = 0
+        self.restarts_before = 0  # of earlier sittings of a resumed run
         self.retiring: set[int] = set()
         self.current_workers = workers
         self.results: dict[int, WorkerResult] = {}
@@ -157,6 +159,7 @@ class Run:
         start = ray.get(self.ps.progress.remote())
         self.start_steps = start.env_steps
         self.restored_from = start.restored_from
+        self.restarts_before = start.worker_restarts
         self.progress = start
         for i in range(self.n_workers):
             self._start_worker(i)
@@ -164,9 +167,8 @@ class Run:
     # -- workers -----------------------------------------------------------------------------
     def _start_worker(self, i: int) -> None:
         # A restarted or resumed Worker gets a fresh random stream, still derived from the seed.
-        stream = (
-            (self.start_steps, self.failures[i]) if self.start_steps or self.failures[i] else ()
-        )
+        n = self.starts[i] = self.starts.get(i, -1) + 1
+        stream = (self.start_steps, n) if self.start_steps or n else ()
         w = self.worker_cls.options(
             name=f"{self.run_id}/Worker-{i}",
             namespace=NAMESPACE,
@@ -196,6 +198,10 @@ class Run:
             return
         delay = min(self.cfg.run.restart_backoff * 2 ** (self.failures[i] - 1), MAX_BACKOFF_SECONDS)
         self.restart_at[i] = time.monotonic() + delay
+
+    def total_worker_restarts(self) -> int:
+        """Worker restarts since the run began, earlier sittings of a resumed run included."""
+        return self.restarts_before + self.worker_restarts
 
     def active_slots(self) -> list[int]:
         """Slots with a Worker training or waiting to be restarted, and not being retired."""
@@ -228,6 +234,8 @@ class Run:
                 self._start_worker(i)
                 self.worker_restarts += 1
                 self.metrics.worker_restarted(i)
+                # Kept in the run's checkpoints, so that a resumed run goes on counting.
+                self.ps.note_worker_restarts.remote(self.total_worker_restarts())
 
     # -- the loop ----------------------------------------------------------------------------
     def watch(self, bar: tqdm | None, until: float | None = None) -> bool:
@@ -315,7 +323,8 @@ class Run:
         bar.update(min(p.env_steps, bar.total) - bar.n)
         secs = p.train_seconds
         ev = self.monitor_report.get("last_eval_return")
-        restarts = f" | restarts {self.worker_restarts}" if self.worker_restarts else ""
+        total = self.total_worker_restarts()
+        restarts = f" | restarts {total}" if total else ""
         bar.set_postfix_str(
             f"SPS {p.env_steps / secs if secs > 0 else 0:,.0f} | ret100 {p.mean_return_100:.1f}"
             f" | eval {'-' if ev is None else f'{ev:.1f}'}"
@@ -381,7 +390,7 @@ class Run:
             checkpoint=self.monitor_report.get("checkpoint"),
             eval_failures=self.monitor_report.get("eval_failures", 0),
             stopped_because=p.stop_reason,
-            worker_restarts=self.worker_restarts,
+            worker_restarts=self.total_worker_restarts(),
             ps_restarts=p.ps_restarts,
             env_restarts=p.env_restarts,
             gradients_dropped=p.gradients_dropped,
