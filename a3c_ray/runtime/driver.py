@@ -5,7 +5,10 @@ example: a dict of in-flight refs and ``ray.wait`` over it, with a timeout so th
 ticked, failed Workers are restarted and the progress bar is refreshed while Workers train.
 
 Failures: a Worker that dies or raises is replaced after a backoff that doubles with each failure
-of its slot; after ``run.max_worker_restarts`` the run stops with an error. The ParameterServer and
+of its slot; after ``run.max_worker_restarts`` the run stops with an error. A Worker that ran for
+``run.healthy_after`` seconds before it failed starts its slot's count afresh, so that a long run
+survives Workers lost now and then (a node drained, a process killed) and still stops on a Worker
+that cannot run at all. The ParameterServer and
 the Monitor are restarted by Ray itself (``max_restarts=-1``), and calls to them are retried; the
 ParameterServer comes back from the newest good checkpoint and the Workers resync to it. With
 ``ps.shards`` > 1, a shard that comes back so has every other shard rolled back to the same
@@ -121,6 +124,7 @@ class Run:
         self.started: dict[int, Any] = {}
         self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
         self.starts: dict[int, int] = {}  # slot -> Workers started in it (for their random streams)
+        self.started_at: dict[int, float] = {}
         self.restart_at: dict[int, float] = {}
         self.worker_restarts = 0
         self.restarts_before = 0  # of earlier sittings of a resumed run
@@ -169,6 +173,7 @@ class Run:
         # A restarted or resumed Worker gets a fresh random stream, still derived from the seed.
         n = self.starts[i] = self.starts.get(i, -1) + 1
         stream = (self.start_steps, n) if self.start_steps or n else ()
+        self.started_at[i] = time.monotonic()
         w = self.worker_cls.options(
             name=f"{self.run_id}/Worker-{i}",
             namespace=NAMESPACE,
@@ -186,6 +191,8 @@ class Run:
             ray.kill(self.workers[i])  # a Worker whose task raised is still alive and holds a CPU
         if i in self.retiring:
             return  # it was on its way out anyway
+        if time.monotonic() - self.started_at.get(i, 0.0) >= self.cfg.run.healthy_after:
+            self.failures[i] = 0  # it ran well before it failed: not a Worker that cannot run
         self.failures[i] += 1
         reason = one_line(error)
         self.failure_log.append(f"worker {i} failure {self.failures[i]}: {reason}")
