@@ -27,6 +27,11 @@ from a3c_ray.config_values import (
 from a3c_ray.errors import ConfigError
 from a3c_ray.search_space import tune_problems
 
+LOG_STD_BOUNDS = (-5.0, 2.0)
+"""The Gaussian policy's log standard deviation is held within these (std 0.0067 to 7.4 in the
+units of its samples): below, the log-probability of a sample off the mean grows without bound
+(-5.7e19 at -30), and the policy gradient with it."""
+
 
 @dataclass
 class EnvConfig:
@@ -66,6 +71,10 @@ class ModelConfig:
     """The policy's distribution: ``categorical`` over Discrete actions; ``gaussian``, a diagonal
     Gaussian over Box actions (mean from the network, a learned state-independent log std, samples
     clipped to the action bounds in the env); ``auto``: the one the env's action space takes."""
+    scale_actions: bool = True
+    """Gaussian policy: fit it to the action Box, its mean starting at the Box's centre and its standard deviation in units of the Box's half-width, so that a policy starts with the same spread relative to the bounds on any Box (the weights learn as they would on a Box of [-1, 1]); false: the mean starts at 0 and the std is in the env's units (how checkpoints from before this setting act). Samples are clipped to the bounds where the env steps."""
+    log_std_init: float = 0.0
+    """Gaussian policy: the learned log standard deviation at the start (0: std 1, one half-width of the Box with ``scale_actions``). It is held within [-5, 2] throughout."""
     critic: str = "shared"
     """The value's body: ``shared`` with the policy (one body, two heads, the A3C paper's) or ``separate`` (an MLP of the same shape of its own; feed-forward MLPs only). Separate, the value's regression never moves the policy's features, but the policy then learns on its own gradient alone, which at the defaults' step size makes it deterministic too soon (docs/benchmarks.md)."""
 
@@ -109,7 +118,9 @@ class RunConfig:
     max_steps: int = 1_000_000
     """Stop after this many env steps, summed over all Workers."""
     target_return: float | None = None
-    """Stop once the mean return of the last 100 training episodes reaches this; null never."""
+    """Stop once the mean return of the last 100 training episodes reaches this (or an evaluation does, with ``run.target_from: eval``); null never."""
+    target_from: str = "train"
+    """What ``target_return`` is compared with: ``train``, the mean undiscounted return of the last 100 training episodes of all Workers; ``eval``, each of the Monitor's evaluations (the mean of ``monitor.eval_episodes`` whole episodes), so that a run stops at the first evaluation that reaches it."""
     time_limit: float | None = None
     """Stop after this many seconds of training (from the first gradient applied); null never."""
     seed: int = 0
@@ -151,6 +162,9 @@ class MonitorConfig:
     video_every: int = 0
     """Record one eval episode to TensorBoard as a video every Nth evaluation; 0 never."""
 
+
+TARGET_SOURCES = ("train", "eval")
+"""``run.target_from``: the training episodes' mean of the last 100, or the Monitor's evaluations."""
 
 MAX_GRAPH_WORKERS = 32  # the most ps.graph_workers: each shard's threads for compiled graphs
 
@@ -233,6 +247,18 @@ class Config:
                     problems.extend(e.problems)
         if problems:
             raise ConfigError(problems)
+        return cfg
+
+    @classmethod
+    def load_saved(cls, path: str | Path) -> Config:
+        """The config a run saved: a field the run's version did not have yet takes the value that
+        acts as that version did (``SAVED_BEFORE``), not today's default."""
+        cfg = cls.load(path)
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        for dotted, (applies, old) in SAVED_BEFORE.items():
+            section, _, name = dotted.partition(".")
+            if name not in (data.get(section) or {}) and applies(cfg):
+                cfg.set(dotted, old)
         return cfg
 
     @classmethod
@@ -336,6 +362,11 @@ class Config:
             f"model.hidden_sizes: must be a non-empty list of positive widths, got {m.hidden_sizes}",
         )
         need(m.lstm_size >= 1, f"model.lstm_size: must be >= 1, got {m.lstm_size}")
+        low, high = LOG_STD_BOUNDS
+        need(
+            low <= m.log_std_init <= high,
+            f"model.log_std_init: must be in [{low:g}, {high:g}], got {m.log_std_init}",
+        )
         need(
             m.critic != "separate" or (m.kind in ("auto", "mlp") and not m.lstm),
             "model.critic: separate is for feed-forward MLPs; use shared or auto with "
@@ -394,6 +425,10 @@ class Config:
             r.max_worker_restarts >= 0,
             f"run.max_worker_restarts: must be >= 0, got {r.max_worker_restarts}",
         )
+        need(
+            r.target_from in TARGET_SOURCES,
+            f"run.target_from: must be one of {', '.join(TARGET_SOURCES)}, got {r.target_from!r}",
+        )
         need(r.stop_grace >= 0, f"run.stop_grace: must be >= 0 seconds, got {r.stop_grace}")
         need(
             r.healthy_after > 0,
@@ -415,3 +450,10 @@ class Config:
 
 
 SECTIONS = tuple(f.name for f in dataclasses.fields(Config))
+
+SAVED_BEFORE: dict[str, tuple[Callable[[Config], bool], Any]] = {
+    # Gaussian policies acted in the env's own units before their samples were scaled to the Box.
+    "model.scale_actions": (lambda c: c.model.policy == "gaussian", False),
+}
+"""Fields added later whose default changed how a run acts: for a run saved without one (and
+where it applies), the value that keeps it acting as it did."""

@@ -29,6 +29,12 @@ class UsageError(Exception):
     """A command line argparse refuses; the message names the command and the problem."""
 
 
+def install_hint(extra: str) -> str:
+    """How to add one of the package's extras: a3c-ray installs from its checkout or git URL
+    (README, Install), not from PyPI."""
+    return f"install the '{extra}' extra: pip install -e '.[{extra}]' in the a3c-ray checkout"
+
+
 def one_line(e: BaseException) -> str:
     """An exception as one line: the last ``SomeError: message`` line it carries (the cause, where
     Ray wraps an error raised in another process with its traceback), else its first line."""

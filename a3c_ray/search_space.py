@@ -31,8 +31,10 @@ SAMPLERS: dict[str, tuple[int, str]] = {
 }
 # Fields a trial may not take from the search: where it runs, and how it reports.
 NOT_SEARCHED = ("run.run_dir", "run.progress", "run.workers")
-# Fields a population-based search cannot change: a checkpoint only fits its env and network.
+# Fields a population-based search cannot change: a checkpoint only fits its env and network,
+# and its optimizer statistics only the optimizer that gathered them.
 FROZEN_BY_PBT = ("env", "model")
+FROZEN_FIELDS_BY_PBT = ("algo.optimizer",)
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,45 @@ class Sampler:
     args: tuple[Any, ...]
 
     def values(self) -> list[Any]:
-        """The values to check against the field: the ends of a range, or every choice."""
+        """The values to check against the field: the ends of a range, or every choice; for a
+        continuous range also a value just above its low end, which no integer field takes."""
         if self.kind in ("choice", "grid"):
             return list(self.args[0])
         if self.kind == "randint":
             return [self.args[0], self.args[1] - 1]
-        return [self.args[0], self.args[1]]
+        if self.kind == "quniform":
+            return list(self._grid_ends())
+        low, high = self.args[0], self.args[1]
+        return [low, high, math.nextafter(float(low), high)]
+
+    def _grid_ends(self) -> tuple[Any, Any]:
+        """The lowest and highest multiples of q in a quniform's [low, high] (integers when its
+        arguments are); the 1e-9 forgives the rounding of a decimal q such as 0.1."""
+        low, high, q = self.args
+        lo, hi = math.ceil(low / q - 1e-9) * q, math.floor(high / q + 1e-9) * q
+        return (int(lo), int(hi)) if self.integral else (lo, hi)
+
+    @property
+    def integral(self) -> bool:
+        """Whether the sampler gives integers: randint, or quniform of integer arguments."""
+        return self.kind == "randint" or (
+            self.kind == "quniform" and all(isinstance(a, int) for a in self.args)
+        )
+
+    def clamp(self, value: Any) -> Any:
+        """A value population-based training perturbed (Ray multiplies it by 0.8 or 1.2) put back
+        into the range: at its nearer end when past it, on quniform's grid, an integer where the
+        sampler's values are. Choices are left as they are: Ray moves them to a neighbour."""
+        if self.kind in ("choice", "grid"):
+            return value
+        if self.kind == "quniform":
+            q = self.args[2]
+            low, high = self._grid_ends()
+            value = round(value / q) * q
+        else:
+            low, high = self.args[0], self.args[1] - (self.kind == "randint")
+        value = min(max(value, low), high)
+        return round(float(value)) if self.integral else float(value)
 
     def __str__(self) -> str:
         return f"{self.kind}({', '.join(map(repr, self.args))})"
@@ -85,7 +120,12 @@ def parse(expr: str) -> Sampler:
         raise ValueError(f"loguniform needs low > 0, got {low}")
     if kind == "quniform" and not args[2] > 0:
         raise ValueError(f"quniform needs q > 0, got {args[2]}")
-    return Sampler(kind, args)
+    sampler = Sampler(kind, args)
+    if kind == "quniform":
+        lo, hi = sampler._grid_ends()
+        if lo > hi:
+            raise ValueError(f"quniform has no multiple of q between low and high: {sampler}")
+    return sampler
 
 
 def samplers(cfg: Config) -> dict[str, Sampler]:
@@ -114,6 +154,12 @@ def space_problems(cfg: Config) -> list[str]:
             problems.append(
                 f"{where}: pbt continues trials from each other's checkpoints, which fit one "
                 "env and model; search env and model fields with fifo or asha"
+            )
+            continue
+        if cfg.tune.scheduler == "pbt" and name in FROZEN_FIELDS_BY_PBT:
+            problems.append(
+                f"{where}: pbt continues trials from each other's checkpoints, whose optimizer "
+                "statistics fit only the optimizer that gathered them; search it with fifo or asha"
             )
             continue
         if not isinstance(expr, str):

@@ -43,3 +43,20 @@ class DictObservations(gym.Env[dict[str, Any], int]):
 
     def step(self, action: Any) -> Any:
         return self.observation_space.sample(), 0.0, True, False, {}
+
+
+class BoxActions(gym.Env[np.ndarray, np.ndarray]):
+    """One action dimension within [low, high]; the reward is the action the env received, so a
+    rollout's rewards show what the policy's samples became."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def __init__(self, low: float = -1.0, high: float = 1.0):
+        self.action_space = gym.spaces.Box(low, high, (1,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        return np.zeros(2, np.float32), float(action[0]), False, False, {}

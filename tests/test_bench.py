@@ -146,6 +146,12 @@ def test_parameter_server_in_process_applies_gradients() -> None:
 
 
 # -- learning curves ----------------------------------------------------------------------------
+def test_the_synthetic_pushes_carry_the_norm_of_their_whole_gradient() -> None:
+    """As a Worker's router sends them: every shard then clips by the whole gradient's norm."""
+    for p in pm._pushes(Config(), 5_000):
+        assert p.norm == pytest.approx(float(np.linalg.norm(p.grad)), rel=1e-5)
+
+
 def test_moving_mean_is_over_the_last_100_episodes() -> None:
     values = np.arange(1, 201, dtype=float)
     m = moving_mean(values)
@@ -290,7 +296,7 @@ def test_bench_json_parses_with_every_figure(
     assert t["ratio"] == pytest.approx(t["env_steps_per_second"] / r["raw"]["env_steps_per_second"])
     assert r["ratio"] == t["ratio"] and t["staleness_mean"] >= 0 and t["staleness_max"] >= 0
     (w,) = t["per_worker"]
-    assert set(w["split"]) == {"env", "forward", "backward", "wait", "other"}
+    assert set(w["split"]) == {"env", "forward", "backward", "push", "wait", "pull", "other"}
     assert all(v >= 0 for v in w["split"].values())
     assert sum(w["split"].values()) == pytest.approx(1.0)
     m = r["model"]

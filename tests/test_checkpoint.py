@@ -436,3 +436,29 @@ def test_a_pickled_custom_object_is_rejected_without_running_it(tmp_path: Path) 
     with pytest.raises(CheckpointError, match=path.name):
         load_checkpoint(path)
     assert UNPICKLED == []
+
+
+def test_resume_with_another_optimizer_exits_2_in_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run of RMSProp holds RMSProp's statistics, which Adam cannot continue: refused where the
+    run directory is checked, before Ray starts."""
+    from a3c_ray.algo.messages import CheckpointMeta
+    from a3c_ray.algo.parameter_server import ParameterServer, initial_params
+    from a3c_ray.commands.cli import main
+    from a3c_ray.config import Config
+
+    from .test_cli import snapshot
+
+    cfg = Config()
+    cfg.run.run_dir = str(tmp_path)
+    meta = CheckpointMeta.of(cfg, (4,), 2)
+    ps = ParameterServer(cfg, initial_params(cfg, (4,), 2), meta)
+    cfg.save(tmp_path / "config.yaml")
+    CheckpointManager(tmp_path / "checkpoints", keep=2).save(ps.state_dict())
+    before = snapshot(tmp_path)
+    assert main(["train", "--resume", str(tmp_path), "--set", "algo.optimizer=adam"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "holds rmsprop statistics" in err and "algo.optimizer=rmsprop" in err, err
+    assert snapshot(tmp_path) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,19 @@ def test_a_run_is_named_by_its_directory_its_name_or_its_id(
     from a3c_ray.runtime.cluster import run_filter
 
     assert run_filter(query, ["cp-1a2b3c", "cp2-4d5e6f", "pong-x-9f8e7d"]) == expected
+
+
+def test_a_missing_extra_is_named_with_an_install_line_that_works() -> None:
+    # The package is not on PyPI: `pip install 'a3c-ray[video]'` would find nothing. Every
+    # message and doc names the extra with the install from the checkout instead.
+    from a3c_ray.errors import install_hint
+
+    assert install_hint("video") == (
+        "install the 'video' extra: pip install -e '.[video]' in the a3c-ray checkout"
+    )
+    root = Path(__file__).resolve().parents[1]
+    texts = [*root.glob("a3c_ray/**/*.py"), *root.glob("a3c_ray/configs/*.yaml")]
+    texts += [root / "README.md", *root.glob("docs/*.md")]
+    registry = re.compile(r"pip install 'a3c-ray\[[\w,]*\]'")  # not '... @ git+URL'
+    offenders = [str(p) for p in texts if registry.search(p.read_text())]
+    assert offenders == []

@@ -1,9 +1,12 @@
 """Pushes through Ray compiled graphs (``ps.graph_workers``) on a real local Ray: a push by graph
 applies exactly what the same push by actor call applies, a shard grants no more graphs than
-configured, and a run's Workers on the server's node push by graph up to that limit."""
+configured, a run's Workers on the server's node push by graph up to that limit, and a push sent
+again by call after its graph failed is applied once per shard. Beside them, the shard actors'
+calls: with ``algo.max_staleness`` every shard follows the coordinator's verdict."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from a3c_ray.algo.parameter_server import initial_params
 from a3c_ray.config import Config
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.driver import train
-from a3c_ray.runtime.graphs import compile_push
+from a3c_ray.runtime.graphs import GraphServer, compile_push
 
 from .conftest import small_config
 
@@ -25,12 +28,12 @@ pytestmark = pytest.mark.ray
 META = CheckpointMeta(env_id="CartPole-v1", obs_shape=(4,), n_actions=2)
 
 
-def shard(cfg: Config, tmp_path: Path, name: str) -> Any:
-    """One whole ParameterServer actor, started from the seed's weights."""
+def shard(cfg: Config, tmp_path: Path, name: str, k: int = 0) -> Any:
+    """Shard ``k`` of a ParameterServer actor (the whole one with one shard), from the seed's weights."""
     return (
         actors.parameter_server_class()
         .options(num_cpus=0)
-        .remote(cfg, META, str(tmp_path / name), name, 0)
+        .remote(cfg, META, str(tmp_path / name), name, k)
     )
 
 
@@ -106,3 +109,67 @@ def test_workers_on_the_servers_node_push_by_graph_up_to_the_limit(
     none = train(small_config(tmp_path / "none", run__max_steps=10_000, ps__graph_workers=0))
     assert none.exit_code == 0 and none.summary["pushes_by_graph"] == 0
     assert none.summary["pushes"] > 0
+
+
+@ray.remote
+def _no_reply() -> None:
+    raise RuntimeError("the graph's channel broke")
+
+
+class AppliedThenBroke:
+    """A compiled graph to a shard that delivers the push, which the shard applies, and then
+    fails instead of bringing the reply back (as one that timed out)."""
+
+    def __init__(self, handle: Any):
+        self.handle = handle
+
+    def execute(self, p: GradientPush) -> Any:
+        ray.get(self.handle.push_inline.remote(p))
+        return _no_reply.remote()
+
+    def teardown(self) -> None:
+        pass
+
+
+def test_a_push_sent_again_after_its_graph_failed_is_applied_once_on_every_shard(
+    ray_session: None, tmp_path: Path
+) -> None:
+    cfg = Config()
+    cfg.ps.shards, cfg.ps.graph_workers = 2, 1
+    handles = [shard(cfg, tmp_path, "again", k) for k in range(2)]
+    server = GraphServer(actors.ShardedServer(handles, cfg), 0, "here", ["here", "there"])
+    version = server.pull().version
+    server.graphs = {0: AppliedThenBroke(handles[0])}  # shard 0 by graph, shard 1 by call
+    size = initial_params(cfg, META.obs_shape, META.n_actions).size
+    p = dataclasses.replace(
+        pushes(size, 1)[0], version=version, episode_returns=[1.0], episode_lengths=[8], seq=0
+    )
+    reply = server.send(p)()
+    assert reply.applied and reply.version == 1
+    assert server.failures == 1 and not server.graphs  # the fallback went by call
+    progress = ray.get([h.progress.remote() for h in handles])
+    assert [q.version for q in progress] == [1, 1]
+    assert (progress[0].env_steps, progress[0].episodes) == (24, 1)
+
+
+def test_with_max_staleness_the_shards_calls_follow_the_coordinators_verdict(
+    ray_session: None, tmp_path: Path
+) -> None:
+    """Shard 1 is 3 versions ahead of the coordinator (as after pushes that reached it first):
+    by its own count a push from version 0 is stale there, not at the coordinator, whose verdict
+    it follows."""
+    cfg = Config()
+    cfg.ps.shards, cfg.algo.max_staleness = 2, 0
+    handles = [shard(cfg, tmp_path, "verdict", k) for k in range(2)]
+    calls = actors.ShardedServer(handles, cfg)
+    calls.pull()
+    router = calls.router
+    assert router is not None and router.coordinator_judges
+    size = router.bounds[1][1] - router.bounds[1][0]
+    for q in pushes(size, 3):
+        ray.get(handles[1].push.remote(dataclasses.replace(q, version=-1, norm=1.0, stale=False)))
+    router.versions = [0, 0]
+    reply = calls.send(pushes(router.weights.size, 1)[0])()
+    assert reply.applied
+    progress = ray.get([h.progress.remote() for h in handles])
+    assert [(q.version, q.dropped_stale) for q in progress] == [(1, 0), (4, 0)]

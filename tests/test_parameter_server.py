@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush
+from a3c_ray.algo.optim import saved_optimizer
 from a3c_ray.algo.parameter_server import ParameterServer
 from a3c_ray.config import Config
+from a3c_ray.errors import CheckpointError
 from a3c_ray.rundir.checkpoint import CheckpointManager, load_checkpoint
 
 N = 10
@@ -67,6 +69,32 @@ def test_staleness_is_tracked_and_max_staleness_drops_old_gradients() -> None:
     assert reply.weights is not None  # the worker is behind: it gets the newest weights
     p = ps.progress()
     assert p.staleness_max == 1 and p.staleness_mean == pytest.approx(0.5)
+
+
+def test_a_repeated_push_is_applied_once_and_answered_as_the_first_time() -> None:
+    """A push sent again (its reply lost, a compiled graph that timed out) changes nothing: not
+    the weights, not the counters, not the episodes."""
+    ps = make_ps()
+    p = push(1.0, worker=1, seq=0, sender="a", episode_returns=[5.0], episode_lengths=[3])
+    first = ps.push(p)
+    again = ps.push(p)
+    assert (again.version, again.applied, again.stop, again.lineage) == (
+        first.version,
+        first.applied,
+        first.stop,
+        first.lineage,
+    )
+    assert again.weights is first.weights
+    assert (ps.version, ps.env_steps, ps.episodes) == (1, 10, 1)
+    # The Worker's next push, and a restarted Worker in the same slot counting from 0 again.
+    assert ps.push(push(1.0, version=1, worker=1, seq=1, sender="a")).applied
+    assert not ps.push(push(1.0, version=1, worker=1, seq=0, sender="a")).applied  # older
+    assert ps.push(push(1.0, version=2, worker=1, seq=0, sender="b")).applied
+    assert (ps.version, ps.env_steps) == (3, 30)
+    # Pushes without an id (seq -1) are each applied.
+    ps.push(push(1.0, version=3))
+    ps.push(push(1.0, version=4))
+    assert ps.version == 5
 
 
 def test_gradient_is_clipped_to_global_norm() -> None:
@@ -300,3 +328,52 @@ def test_a_restored_server_steps_with_its_own_config_and_the_checkpoints_statist
     key = "square_avg" if optimizer == "rmsprop" else "exp_avg_sq"
     restored = next(iter(ps.optimizer.state.values()))[key]
     assert np.array_equal(restored.numpy(), next(iter(donor.optimizer.state.values()))[key].numpy())
+
+
+@pytest.mark.parametrize(("saved", "now"), [("rmsprop", "adam"), ("adam", "rmsprop")])
+def test_restore_refuses_the_statistics_of_another_optimizer(saved: str, now: str) -> None:
+    """Not a KeyError at the first push: a clear refusal before the server starts."""
+    old = make_ps(algo__optimizer=saved)
+    old.push(push(1.0))
+    state = old.state_dict()
+    assert saved_optimizer(state) == saved
+    cfg = Config()
+    cfg.algo.optimizer = now
+    with pytest.raises(CheckpointError, match=f"holds {saved} statistics.*algo.optimizer is {now}"):
+        ParameterServer(cfg, np.zeros(N, dtype=np.float32), META, state)
+    # A checkpoint written before it recorded the optimizer's name is read from its statistics.
+    del state["optimizer_name"]
+    assert saved_optimizer(state) == saved
+    with pytest.raises(CheckpointError, match=f"holds {saved} statistics"):
+        ParameterServer(cfg, np.zeros(N, dtype=np.float32), META, state)
+
+
+def test_an_evaluation_stops_the_run_at_the_target_only_with_target_from_eval() -> None:
+    by_eval = make_ps(run__target_return=18.0, run__target_from="eval")
+    assert not by_eval.evaluation_reached(17.9, env_steps=1000, train_seconds=60.0)
+    assert by_eval.stop_reason is None
+    by_eval.push(push(1.0, steps=5000, episode_returns=[21.0] * 100, episode_lengths=[900] * 100))
+    assert by_eval.stop_reason is None  # a training mean of 21 is not what this run stops on
+    assert by_eval.evaluation_reached(18.3, env_steps=4000, train_seconds=240.0)
+    p = by_eval.progress()
+    assert p.stop_reason == "target"
+    # The evaluated weights' steps and seconds, not the server's later ones.
+    assert (p.steps_to_target, p.seconds_to_target) == (4000, 240.0)
+
+    by_train = make_ps(run__target_return=18.0)
+    assert not by_train.evaluation_reached(20.0, env_steps=4000, train_seconds=240.0)
+    assert by_train.stop_reason is None
+
+
+def test_the_time_limit_is_reached_without_a_push_and_training_time_ends_at_the_stop() -> None:
+    import time
+
+    ps = make_ps(run__time_limit=0.2)
+    ps.push(push(1.0))  # the first gradient applied starts the clock
+    assert ps.progress().stop_reason is None
+    time.sleep(0.3)
+    p = ps.progress()  # no push since: the polling alone reaches the limit
+    assert p.stop_reason == "time_limit"
+    time.sleep(0.3)
+    assert ps.progress().train_seconds == pytest.approx(p.train_seconds)
+    assert 0.2 <= p.train_seconds < 0.5

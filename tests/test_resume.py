@@ -41,6 +41,7 @@ def summary(run_dir: Path) -> dict:
         (["--set", "model.hidden_sizes=[32]"], "--resume cannot change model.hidden_sizes"),
         (["--envs-per-worker", "3"], "--resume cannot change env.num_envs"),
         (["--overwrite"], "--resume and --overwrite exclude each other"),
+        (["--set", "algo.optimizer=adam"], "its checkpoint holds rmsprop statistics"),
     ],
 )
 def test_resume_refuses_to_change_env_or_model_and_writes_nothing(

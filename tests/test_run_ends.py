@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,27 @@ from a3c_ray.rundir.checkpoint import load_checkpoint
 from a3c_ray.runtime import cluster
 from a3c_ray.runtime.driver import train
 
-from .conftest import small_config, wait_for
+from .conftest import free_port, small_config, wait_for
 
 pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    """The module's Ray, with a dashboard: `status` reads Workers through Ray's state API."""
+    import ray
+
+    assert not ray.is_initialized()
+    ray.init(
+        num_cpus=4,
+        include_dashboard=True,
+        dashboard_port=free_port(),
+        logging_level="WARNING",
+        _node_ip_address="127.0.0.1",
+    )
+    yield
+    ray.shutdown()
+
 
 # What the machine may add to a bound on its own: starting and killing actors, the final
 # checkpoint and the shutdown of Ray, on a busy 2-core machine.

@@ -55,15 +55,19 @@ class Sharded:
     """S ParameterServers over the slices of one init, and one Worker's router in front of them."""
 
     def __init__(self, cfg: Config, init: np.ndarray, shards: int):
-        self.router = ShardRouter(init.size, shards, cfg.ps.wire_dtype)
+        self.router = ShardRouter(init.size, shards, cfg.ps.wire_dtype, cfg.algo.max_staleness)
         self.servers = [
             ParameterServer(cfg, init[lo:hi], META, shard=k)
             for k, (lo, hi) in enumerate(self.router.bounds)
         ]
 
     def push(self, p: GradientPush) -> PushReply:
-        # Each push carries the version the test gives it, on every shard, as one server sees it.
-        replies = [s.push(q) for s, q in zip(self.servers, self.router.split(p), strict=True)]
+        # Each push carries the version the test gives it, on every shard, as one server sees it;
+        # the coordinator first, whose verdict the others follow (with max_staleness).
+        parts = self.router.split(p)
+        first = self.servers[0].push(parts[0])
+        rest = self.router.judged(parts[1:], first)
+        replies = [first, *(s.push(q) for s, q in zip(self.servers[1:], rest, strict=True))]
         return self.router.merge(replies)
 
     def state(self) -> dict:
@@ -234,3 +238,53 @@ def test_a_gradient_goes_out_with_the_versions_of_the_weights_it_was_computed_fr
     assert [q.version for q in parts] == [1, 1]
     many.router.merge([s.push(q) for s, q in zip(many.servers, parts, strict=True)])
     assert [s.staleness_max for s in many.servers] == [1, 1]
+
+
+def test_a_float16_push_that_overflows_on_the_wire_is_dropped_by_every_shard_and_counted() -> None:
+    """7e4 is finite in float32 and inf in float16 (whose largest value is 65,504): the check must
+    see what the shards apply, not the Worker's float32 gradient."""
+    cfg = config(ps__wire_dtype="float16")
+    init = np.random.default_rng(3).normal(0, 0.1, N).astype(np.float32)
+    many = Sharded(cfg, init, 2)
+    grad = np.random.default_rng(4).normal(0, 0.01, N).astype(np.float32)
+    grad[-1] = 7e4  # in shard 1's slice
+    reply = many.push(GradientPush(grad=grad, version=0, env_steps=5))
+    assert not reply.applied
+    assert [s.dropped_nonfinite for s in many.servers] == [1, 1]
+    assert [s.version for s in many.servers] == [0, 0]
+    # The next push is applied, and weights and statistics stay finite.
+    grad[-1] = 0.0
+    assert many.push(GradientPush(grad=grad, version=0, env_steps=5)).applied
+    state = many.state()
+    assert bool(torch.isfinite(state["params"]).all())
+    assert all(bool(torch.isfinite(v).all()) for v in state["optimizer"]["state"][0].values())
+
+
+def test_a_shard_of_several_refuses_a_push_without_the_whole_gradients_norm() -> None:
+    """A shard sees one slice: clipping by that slice's own norm would clip each slice apart."""
+    cfg = config(ps__shards=2)
+    server = ParameterServer(cfg, np.zeros(100, dtype=np.float32), META, shard=1)
+    with pytest.raises(ValueError, match="norm of the whole gradient"):
+        server.push(GradientPush(grad=np.ones(100, dtype=np.float32), version=0, env_steps=5))
+    assert server.env_steps == 0
+
+
+def test_with_max_staleness_every_shard_follows_the_coordinators_verdict_in_any_order() -> None:
+    """Three pushes computed from version 0 reach the coordinator in the order A, B, C and shard 1
+    in the order C, B, A. With max_staleness 1, C is two versions stale at the coordinator and
+    dropped there; by its own count shard 1 would drop A instead. Each push is applied on both
+    shards or on neither."""
+    cfg = config(algo__max_staleness=1)
+    many = Sharded(cfg, np.zeros(N, dtype=np.float32), 2)
+    assert many.router.coordinator_judges
+    split_versions(many.router, 0)
+    parts = [many.router.split(p) for p in pushes(3)]
+    first = [many.servers[0].push(q[0]) for q in parts]
+    assert [r.applied for r in first] == [True, True, False] and first[2].stale
+    for i in (2, 1, 0):
+        rest = many.router.judged(parts[i][1:], first[i])
+        assert many.servers[1].push(rest[0]).applied == first[i].applied
+    assert [s.version for s in many.servers] == [2, 2]
+    assert [(s.gradients_applied, s.dropped_stale) for s in many.servers] == [(2, 1), (2, 1)]
+    # Without max_staleness there is no verdict to wait for: the shards are sent to at once.
+    assert not ShardRouter(N, 2, "float32").coordinator_judges

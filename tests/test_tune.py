@@ -87,12 +87,91 @@ def test_space_is_checked_against_the_fields_it_sets() -> None:
 
 def test_pbt_refuses_what_a_checkpoint_cannot_follow() -> None:
     problems = space_problems(
-        space_cfg({"model.hidden_sizes": "choice([[64], [128]])", "algo.lr": "grid([1e-3])"}, "pbt")
+        space_cfg(
+            {
+                "model.hidden_sizes": "choice([[64], [128]])",
+                "algo.lr": "grid([1e-3])",
+                "algo.optimizer": "choice(['rmsprop', 'adam'])",
+            },
+            "pbt",
+        )
     )
     assert any("pbt continues trials" in p for p in problems)
     assert any("use choice instead of grid" in p for p in problems)
+    # A checkpoint's RMSProp statistics are no Adam's: a trial could not continue another's.
+    assert any(p.startswith("tune.space.algo.optimizer: pbt") for p in problems), problems
+    assert len(problems) == 3
+    assert not space_problems(space_cfg({"algo.optimizer": "choice(['rmsprop', 'adam'])"}))
     with pytest.raises(ConfigError):
         samplers(space_cfg({"algo.lr": "grid([1e-3])"}, "pbt"))
+
+
+def test_a_continuous_sampler_of_an_integer_field_or_a_grid_without_points_is_refused() -> None:
+    problems = space_problems(
+        space_cfg(
+            {"algo.t_max": "uniform(3, 20)", "algo.entropy_coef": "quniform(0.011, 0.019, 0.01)"}
+        )
+    )
+    assert any(
+        p.startswith("tune.space.algo.t_max:") and "expected an integer" in p for p in problems
+    )
+    assert any("no multiple of q between low and high" in p for p in problems), problems
+    assert len(problems) == 2
+
+
+# Each sampler, a field it may set, and a start at the edge of its range (or of its choices),
+# where Ray's perturbation by 0.8 or 1.2 would step out of it.
+PBT_CASES = [
+    ("algo.gamma", "uniform(0.9, 0.99)", 0.985),
+    ("algo.lr", "loguniform(1e-4, 1e-2)", 9.5e-3),
+    ("algo.t_max", "quniform(4, 20, 4)", 20),
+    ("algo.entropy_coef", "quniform(0.0, 0.02, 0.005)", 0.02),
+    ("algo.t_max", "randint(3, 21)", 20),
+    ("algo.t_max", "choice([5, 20])", 5),
+    ("ps.wire_dtype", "choice(['float32', 'bfloat16', 'float16'])", "float32"),
+]
+
+
+@pytest.mark.parametrize(("field", "expr", "start"), PBT_CASES, ids=[c[1] for c in PBT_CASES])
+def test_pbt_explores_each_sampler_inside_its_space(field: str, expr: str, start: object) -> None:
+    """Ray Tune's own explore step, as the search's PBT scheduler configures it, 300 times in a
+    row from a value at the edge: every value stays in the sampler's range or choices, on its
+    grid, an integer where the sampler's are, and the field takes it."""
+    import random
+
+    from ray.tune.schedulers.pbt import _explore
+
+    from a3c_ray.runtime.search import scheduler
+
+    cfg = space_cfg({field: expr}, "pbt")
+    pbt = scheduler(cfg)
+    sampler = parse(expr)
+    random.seed(0)
+    np.random.seed(0)
+    value, seen = start, set()
+    for _ in range(300):
+        new, _ = _explore(
+            {field: value},
+            pbt._hyperparam_mutations,
+            pbt._resample_probability,
+            pbt._perturbation_factors,
+            pbt._custom_explore_fn,
+        )
+        old, value = value, new[field]
+        seen.add(value)
+        cfg.set(field, value)  # the field takes it
+        assert not [q for q in cfg.validate() if q.startswith(field)]
+        if sampler.kind == "choice":
+            choices = sampler.args[0]
+            assert value in choices
+        else:
+            low, high = sampler.args[0], sampler.args[1]
+            assert low <= value <= high, (old, value)
+        if sampler.kind == "randint" or all(isinstance(a, int) for a in sampler.args):
+            assert type(value) is int, (old, value)
+        if sampler.kind == "quniform":
+            assert value / sampler.args[2] == pytest.approx(round(value / sampler.args[2]))
+    assert len(seen) > 1  # it does explore
 
 
 def test_trial_config_takes_numpy_values(tmp_path: Path) -> None:
@@ -133,6 +212,11 @@ def write_config(path: Path, tune: dict[str, object], **sections: dict[str, obje
         ({"space": {"algo.lr": "choice([1e-3])"}}, ["--scheduler", "bogus"], "invalid choice"),
         ({"space": {"algo.lr": "choice([1e-3])"}, "metric": "loss"}, [], "tune.metric"),
         ({"space": {"algo.lr": "choice([1e-3])"}}, ["--set", "run.run_dir=x"], "use --out"),
+        (
+            {"space": {"algo.optimizer": "choice(['rmsprop', 'adam'])"}, "scheduler": "pbt"},
+            [],
+            "tune.space.algo.optimizer: pbt",
+        ),
     ],
 )
 def test_bad_search_input_exits_2_in_one_line(

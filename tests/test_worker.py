@@ -100,6 +100,16 @@ def test_worker_and_parameter_server_round_trip_without_ray() -> None:
     np.testing.assert_array_equal(get_flat_params(w.model), ps.weights())
 
 
+def test_each_push_carries_the_workers_slot_incarnation_and_next_sequence_number() -> None:
+    """The id a shard keeps each push from being applied twice: the slot, the Worker's own
+    incarnation (a restarted Worker counts from 0 again) and its count of pushes."""
+    w, again = make_worker(index=2), make_worker(index=2)
+    a, b = w.train_step(), w.train_step()
+    assert (a.worker, a.seq, b.worker, b.seq) == (2, 0, 2, 1)
+    assert a.sender == b.sender and a.sender
+    assert again.train_step().sender != a.sender
+
+
 @pytest.mark.slow
 def test_single_worker_learns_cartpole_in_process() -> None:
     """Seeded, no Ray: one Worker and the ParameterServer in one process raise CartPole's return well

@@ -32,7 +32,16 @@ class GradientPush:
     env_restarts: int = 0
     """Environments recreated after raising, during this rollout."""
     norm: float | None = None
-    """L2 norm of the whole float32 gradient (every shard clips by it); None: the server computes it."""
+    """L2 norm of the whole gradient as the wire carries it (every shard checks and clips by it);
+    None: the server computes it, which only a whole ParameterServer, not a shard, may do."""
+    seq: int = -1
+    """The Worker's count of its pushes: with ``worker`` and ``sender``, the push's id, by which a
+    shard applies a push sent again at most once; -1: no id, every copy is applied."""
+    sender: str = ""
+    """The Worker's incarnation: a restarted Worker in the same slot counts from 0 again."""
+    stale: bool | None = None
+    """The coordinator's verdict on staleness, which every other shard follows (``algo.max_staleness``
+    with several shards); None: the shard judges by its own version."""
 
 
 class PushReply(NamedTuple):
@@ -43,6 +52,8 @@ class PushReply(NamedTuple):
     stop: bool
     applied: bool
     lineage: str = ""
+    stale: bool = False
+    """Dropped as too stale: the verdict the other shards follow."""
 
 
 # The env settings a checkpoint records: what ``eval`` needs to rebuild the env it was trained on.
@@ -91,13 +102,17 @@ class CheckpointMeta:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> CheckpointMeta:
-        """The meta of a loaded checkpoint (older ones may lack ``env``)."""
+        """The meta of a loaded checkpoint (older ones may lack ``env``). A Gaussian policy saved
+        before ``model.scale_actions`` existed acted in the env's own units, and goes on doing so."""
+        model = dict(state.get("model") or {})
+        if model.get("policy") == "gaussian":
+            model.setdefault("scale_actions", False)
         return cls(
             env_id=str(state["env_id"]),
             obs_shape=tuple(int(x) for x in state["obs_shape"]),
             n_actions=int(state["n_actions"]),
             env=dict(state.get("env") or {}),
-            model=dict(state.get("model") or {}),
+            model=model,
             spaces=dict(state.get("spaces") or {}),
         )
 

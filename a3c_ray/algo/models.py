@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from a3c_ray.config import ModelConfig
+from a3c_ray.config import LOG_STD_BOUNDS, ModelConfig
 
 State = tuple[torch.Tensor, ...]
 
@@ -56,11 +56,19 @@ class ActorCritic(nn.Module):
     The policy head gives logits over discrete actions, or with ``continuous`` the mean of a
     diagonal Gaussian over ``n_actions`` dimensions, whose log standard deviation is a learned
     parameter of its own (state-independent, as in the A3C paper's continuous-control agents'
-    simplest form); the policy output is then [mean, log_std], 2 x ``n_actions`` wide.
+    simplest form), held within ``LOG_STD_BOUNDS``; the policy output is then [mean, log_std],
+    2 x ``n_actions`` wide, in the env's units. Given the action Box's ``bounds``, the mean starts
+    at its centre and the learned log std is in units of its half-width, so that a policy starts
+    with the same spread relative to the bounds on any Box; the gradient of the log-probability
+    with respect to the weights is the same as without them (the offset and the scale are
+    constants), so a Box of [-1, 1] learns exactly as before.
 
     With ``lstm_size`` set, an LSTM cell sits between body and heads; its state is reset to zeros
     wherever ``reset`` is true, before the step that starts a new episode.
     """
+
+    action_centre: torch.Tensor
+    log_half_width: torch.Tensor
 
     def __init__(
         self,
@@ -70,6 +78,8 @@ class ActorCritic(nn.Module):
         lstm_size: int | None = None,
         value_body: nn.Module | None = None,
         continuous: bool = False,
+        log_std_init: float = 0.0,
+        bounds: tuple[np.ndarray, np.ndarray] | None = None,
     ):
         super().__init__()
         if value_body is not None and lstm_size:
@@ -79,7 +89,14 @@ class ActorCritic(nn.Module):
         head_in = lstm_size if lstm_size else body_out
         self.continuous = continuous
         self.policy = layer_init(nn.Linear(head_in, n_actions), std=0.01)
-        self.log_std = nn.Parameter(torch.zeros(n_actions)) if continuous else None
+        self.log_std = nn.Parameter(torch.full((n_actions,), log_std_init)) if continuous else None
+        # With the action Box's ``bounds``, the mean is offset to its centre and the standard
+        # deviation is in units of its half-width; neither is a parameter, nor in the flat vector.
+        low, high = bounds if bounds is not None else (-np.ones(n_actions), np.ones(n_actions))
+        centre = torch.as_tensor((np.asarray(high, np.float64) + low) / 2, dtype=torch.float32)
+        half = torch.as_tensor((np.asarray(high, np.float64) - low) / 2, dtype=torch.float32)
+        self.register_buffer("action_centre", centre, persistent=False)
+        self.register_buffer("log_half_width", half.log(), persistent=False)
         # With its own body, the value's regression never moves the policy's features.
         self.value_body = value_body
         self.value = layer_init(nn.Linear(head_in, 1), std=1.0)
@@ -115,7 +132,9 @@ class ActorCritic(nn.Module):
         out = self.policy(x)
         if self.log_std is None:
             return out
-        return torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        # Held within bounds: a collapsed std makes the log-prob, and its gradient, unbounded.
+        log_std = self.log_std.clamp(*LOG_STD_BOUNDS) + self.log_half_width
+        return torch.cat([out + self.action_centre, log_std.expand_as(out)], dim=-1)
 
     def forward_sequence(
         self, obs: torch.Tensor, state: State, resets: torch.Tensor
@@ -243,9 +262,16 @@ POLICIES = ("auto", "categorical", "gaussian")
 """``model.policy``: ``auto`` is resolved from the env's action space before a run starts."""
 
 
-def build_model(cfg: ModelConfig, obs_shape: Sequence[int], n_actions: int) -> ActorCritic:
+def build_model(
+    cfg: ModelConfig,
+    obs_shape: Sequence[int],
+    n_actions: int,
+    bounds: tuple[np.ndarray, np.ndarray] | None = None,
+) -> ActorCritic:
     """The network a config asks for, for observations of ``obs_shape`` and ``n_actions`` actions
-    (the dimensions of a Box action space with ``model.policy: gaussian``)."""
+    (the dimensions of a Box action space with ``model.policy: gaussian``, whose ``bounds`` the
+    Gaussian is fitted to with ``model.scale_actions``; the weights do not depend on them)."""
+    bounds = bounds if cfg.scale_actions else None
     kind = resolve_kind(cfg.kind, obs_shape)
     continuous = cfg.policy == "gaussian"
     lstm_size = cfg.lstm_size if cfg.lstm else None
@@ -256,14 +282,31 @@ def build_model(cfg: ModelConfig, obs_shape: Sequence[int], n_actions: int) -> A
             if cfg.critic == "separate"
             else None
         )
-        return ActorCritic(body, cfg.hidden_sizes[-1], n_actions, lstm_size, value_body, continuous)
+        return ActorCritic(
+            body,
+            cfg.hidden_sizes[-1],
+            n_actions,
+            lstm_size,
+            value_body,
+            continuous,
+            cfg.log_std_init,
+            bounds,
+        )
     if kind in CNN_LAYERS:
         if len(obs_shape) != 3:
             raise ValueError(
                 f"model kind '{kind}' needs image observations [C, H, W], got shape {tuple(obs_shape)}"
             )
         body, width = cnn(kind, obs_shape)
-        return ActorCritic(body, width, n_actions, lstm_size, continuous=continuous)
+        return ActorCritic(
+            body,
+            width,
+            n_actions,
+            lstm_size,
+            continuous=continuous,
+            log_std_init=cfg.log_std_init,
+            bounds=bounds,
+        )
     raise ValueError(f"unknown model kind '{cfg.kind}'")
 
 

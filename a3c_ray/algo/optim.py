@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -33,3 +34,34 @@ def make_optimizer(params: list[torch.Tensor], algo: AlgoConfig) -> torch.optim.
     if algo.optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer '{algo.optimizer}' (known: {', '.join(OPTIMIZERS)})")
     return OPTIMIZERS[algo.optimizer](params, algo)
+
+
+def saved_optimizer(state: dict[str, Any]) -> str | None:
+    """The OPTIMIZERS entry whose statistics a checkpoint ``state`` holds; None without any.
+
+    A checkpoint names it; one written before it did is known by its parameter group's settings
+    (RMSProp's ``alpha``, Adam's ``betas``): the entry whose own settings share the most with them.
+    """
+    if "optimizer" not in state:
+        return None
+    if "optimizer_name" in state:
+        return str(state["optimizer_name"])
+    groups = state["optimizer"].get("param_groups") or [{}]
+    saved = set(groups[0]) - {"params"}
+
+    def shared(name: str) -> int:
+        probe = OPTIMIZERS[name]([torch.zeros(1, requires_grad=True)], AlgoConfig(optimizer=name))
+        return len(saved & set(probe.param_groups[0]))
+
+    return max(OPTIMIZERS, key=shared)
+
+
+def optimizer_mismatch(state: dict[str, Any], algo: AlgoConfig) -> str | None:
+    """Why a checkpoint's optimizer statistics cannot continue under ``algo``, or None."""
+    saved = saved_optimizer(state)
+    if saved is None or saved == algo.optimizer:
+        return None
+    return (
+        f"holds {saved} statistics and algo.optimizer is {algo.optimizer}, which cannot "
+        f"continue them; keep algo.optimizer={saved}"
+    )

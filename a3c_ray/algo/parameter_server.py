@@ -23,8 +23,7 @@ import torch
 
 from a3c_ray.algo import wire
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply
-from a3c_ray.algo.optim import make_optimizer
-from a3c_ray.algo.shards import grad_norm
+from a3c_ray.algo.optim import make_optimizer, optimizer_mismatch
 from a3c_ray.algo.stats import Window, WindowStats
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError
@@ -80,6 +79,8 @@ class ParameterServer:
         self.restarts = 0
         self.worker_restarts = 0  # the driver's count, kept here to go into checkpoints
         self.worker_steps: dict[int, int] = {}
+        # Per Worker slot: the id of its last push, and whether it was applied and found stale.
+        self._answered: dict[int, tuple[str, int, bool, bool]] = {}
         self.desired_workers: int | None = None
         self.retiring: set[int] = set()
         self.episodes = 0
@@ -102,36 +103,70 @@ class ParameterServer:
 
     # -- the hot path ------------------------------------------------------------------------
     def push(self, p: GradientPush) -> PushReply:
+        repeat = self._repeat(p)
+        if repeat is not None:
+            return repeat
+        if np.shape(p.grad) != self._grad_np.shape:
+            raise ValueError(
+                f"gradient of size {np.size(p.grad)} for parameters of size {self.flat.numel()}"
+            )
+        if p.norm is None and self.cfg.ps.shards > 1:
+            # A slice's own norm would clip each slice by another factor.
+            raise ValueError(
+                "a push to one shard of several must carry the norm of the whole gradient"
+            )
         self.env_steps += p.env_steps
         self.env_restarts += p.env_restarts
         self.worker_steps[p.worker] = self.worker_steps.get(p.worker, 0) + p.env_steps
         self._record_episodes(p)
         staleness = self.version - p.version
+        stale = (
+            p.stale
+            if p.stale is not None
+            else self.cfg.algo.max_staleness is not None and staleness > self.cfg.algo.max_staleness
+        )
         applied = False
-        if np.shape(p.grad) != self._grad_np.shape:
-            raise ValueError(
-                f"gradient of size {np.size(p.grad)} for parameters of size {self.flat.numel()}"
-            )
         wire.decode_into(p.grad, self.wire_dtype, self._grad_np)
-        # One pass over the gradient: its norm is finite exactly when every element is. A
-        # Worker sends the norm of its whole gradient (a shard sees only a slice of it).
-        norm = grad_norm(self._grad) if p.norm is None else p.norm
+        # One pass over the gradient: its norm is finite exactly when every element is. The
+        # router sends the norm of the whole gradient as the wire carries it (a shard sees only
+        # a slice of it), so that every shard drops, or clips, alike.
+        norm = wire.norm(self._grad_np, "float32") if p.norm is None else p.norm
         if p.lineage and p.lineage != self.lineage:
             # Computed from the weights of a server that has since been restored from a checkpoint.
             self.dropped_resync += 1
         elif not math.isfinite(norm):
             self.dropped_nonfinite += 1
-        elif self.cfg.algo.max_staleness is not None and staleness > self.cfg.algo.max_staleness:
+        elif stale:
             self.dropped_stale += 1
         else:
             self._apply(self._grad, norm, staleness)
             applied = True
         self._pending.add_push(p.stats)
         self._check_stop()
+        if p.seq >= 0:
+            self._answered[p.worker] = (p.sender, p.seq, applied, stale and not applied)
+        return self._reply(p, applied, stale and not applied)
+
+    def _reply(self, p: GradientPush, applied: bool, stale: bool) -> PushReply:
+        """The newest weights when the Worker's are behind, the version, and whether to stop."""
         moved = self.version != p.version or bool(p.lineage and p.lineage != self.lineage)
         weights = self.weights() if moved else None
         stop = self.stop_reason is not None or p.worker in self.retiring
-        return PushReply(weights, self.version, stop, applied, self.lineage)
+        return PushReply(weights, self.version, stop, applied, self.lineage, stale)
+
+    def _repeat(self, p: GradientPush) -> PushReply | None:
+        """The answer to a push this shard has seen already (sent again after a lost reply or a
+        compiled graph's timeout), which is not applied again: applied or not, stale or not, as
+        the first time, with the newest weights (not a copy per Worker kept for the purpose);
+        None for a new push."""
+        if p.seq < 0 or p.worker not in self._answered:
+            return None
+        sender, seq, applied, stale = self._answered[p.worker]
+        if sender != p.sender or p.seq > seq:
+            return None
+        if p.seq < seq:  # an older push, arriving after the Worker's next: a graph's late message
+            applied = stale = False
+        return self._reply(p, applied, stale)
 
     def _apply(self, grad: torch.Tensor, norm: float, staleness: int) -> None:
         if self.t_first is None:
@@ -167,7 +202,7 @@ class ParameterServer:
         if self.stop_reason is not None:
             return
         target = self.cfg.run.target_return
-        if target is not None and self.target_reached():
+        if target is not None and self.cfg.run.target_from == "train" and self.target_reached():
             self.steps_to_target = self.env_steps
             self.seconds_to_target = self.train_seconds()
             self._stop(STOP_TARGET)
@@ -266,6 +301,18 @@ class ParameterServer:
         kept in checkpoints. A count older than one already known changes nothing."""
         self.worker_restarts = max(self.worker_restarts, int(total))
 
+    def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool:
+        """An evaluation of the weights of ``env_steps`` (``train_seconds`` of training) scored
+        ``mean``: with ``run.target_from: eval``, the run stops when that reaches the target, and
+        it reached it at those steps and seconds. True when it did."""
+        target = self.cfg.run.target_return
+        if self.cfg.run.target_from != "eval" or target is None or not mean >= target:
+            return False
+        if self.stop_reason is None:
+            self.steps_to_target, self.seconds_to_target = env_steps, train_seconds
+            self._stop(STOP_TARGET)
+        return True
+
     def request_stop(self, reason: str) -> None:
         if self.stop_reason is None:
             self._stop(reason)
@@ -278,6 +325,7 @@ class ParameterServer:
             "params": self.flat.detach().clone(),
             # A copy: torch's state_dict shares the live statistics tensors.
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "optimizer_name": self.cfg.algo.optimizer,
             "version": self.version,
             "env_steps": self.env_steps,
             "gradients_applied": self.gradients_applied,
@@ -297,7 +345,8 @@ class ParameterServer:
         }
 
     def check_compatible(self, state: dict[str, Any]) -> None:
-        """A checkpoint of another env or model shape is refused with a clear error."""
+        """A checkpoint of another env or model shape, or of another optimizer's statistics, is
+        refused with a clear error."""
         where = state.get("path", "checkpoint")
         if self.meta is not None and "env_id" in state:
             problem = self.meta.mismatch(CheckpointMeta.from_state(state))
@@ -308,6 +357,9 @@ class ParameterServer:
                 f"{where} holds {state['params'].numel()} parameters, "
                 f"this run's model has {self.flat.numel()}"
             )
+        problem = optimizer_mismatch(state, self.cfg.algo)
+        if problem:
+            raise CheckpointError(f"{where} {problem}")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.check_compatible(state)

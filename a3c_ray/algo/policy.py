@@ -23,6 +23,7 @@ from a3c_ray.algo.models import (
     sample_actions,
     set_flat_params,
 )
+from a3c_ray.envs.make import action_bounds
 from a3c_ray.envs.spaces import describe_space, implied_spaces, space_from
 
 RecurrentState = tuple[np.ndarray, ...]
@@ -65,7 +66,11 @@ class Policy:
     @classmethod
     def build(cls, meta: CheckpointMeta) -> Policy:
         """A fresh (untrained) network of the architecture ``meta`` describes."""
-        return cls(build_model(meta.model_config(), meta.obs_shape, meta.n_actions), meta)
+        _, action_space = spaces_of(meta)
+        bounds = action_bounds(action_space)
+        if bounds is not None and not np.isfinite(bounds).all():
+            bounds = None
+        return cls(build_model(meta.model_config(), meta.obs_shape, meta.n_actions, bounds), meta)
 
     @property
     def is_recurrent(self) -> bool:

@@ -4,8 +4,13 @@ optimizer statistics of that slice, so shared RMSProp/Adam stay exact per parame
 Shard 0 is the coordinator: it alone receives a push's episodes and statistics, so its counters
 and its stop decision are the run's, and every caller that reads the run (the driver, ``status``,
 ``scale``, metrics) reads it. Every shard sees every push's env steps (for the learning-rate
-schedule) and the norm of the whole gradient (for clipping), so each shard applies exactly what
-one ParameterServer would to the same parameters.
+schedule) and the norm of the whole gradient as the wire carries it (for the finite check and for
+clipping), so each shard applies exactly what one ParameterServer would to the same parameters.
+
+A push is applied on every shard or on none. Its norm makes the finite check the same everywhere.
+Staleness is not: pushes of several Workers reach the shards in different orders, so each shard
+would count a push's staleness differently. With ``algo.max_staleness`` the coordinator alone
+judges it, and the other shards take the push with its verdict (``ShardRouter.judged``).
 
 Checkpoints hold the whole model in one ParameterServer's format (``merge_states``), whatever S:
 a run resumes, evaluates or restores with any number of shards (``slice_state``).
@@ -82,12 +87,19 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def coordinator_judges(shards: int, max_staleness: int | None) -> bool:
+    """With several shards and ``algo.max_staleness``, the coordinator judges each push's
+    staleness and the other shards follow its verdict."""
+    return shards > 1 and max_staleness is not None
+
+
 class ShardRouter:
     """A Worker's side of S shards: splits each push, and assembles the weights from the replies."""
 
-    def __init__(self, n: int, shards: int, wire_dtype: str):
+    def __init__(self, n: int, shards: int, wire_dtype: str, max_staleness: int | None = None):
         self.bounds = shard_bounds(n, shards)
         self.wire_dtype = wire_dtype
+        self.max_staleness = max_staleness
         self.versions = [-1] * shards
         self.lineages = [""] * shards
         self.weights = np.zeros(n, dtype=np.float32)
@@ -100,6 +112,11 @@ class ShardRouter:
     def shards(self) -> int:
         return len(self.bounds)
 
+    @property
+    def coordinator_judges(self) -> bool:
+        """Whether the shards past the coordinator must wait for its verdict on staleness."""
+        return coordinator_judges(self.shards, self.max_staleness)
+
     def split(self, p: GradientPush) -> list[GradientPush]:
         """The push of each shard: its slice of the gradient, on the wire, with the version and
         lineage of that shard's weights; episodes and statistics go to the coordinator alone."""
@@ -107,7 +124,9 @@ class ShardRouter:
             (p.version, p.lineage), (self.versions, self.lineages)
         )
         grad = wire.encode(p.grad, self.wire_dtype)
-        norm = grad_norm(p.grad) if p.norm is None else p.norm
+        # The norm of what the shards will apply: a float16 wire turns a value past 65,504 into
+        # inf, which every shard must then see, however finite the float32 gradient was.
+        norm = p.norm if p.norm is not None and grad is p.grad else wire.norm(grad, self.wire_dtype)
         out = []
         for k, (lo, hi) in enumerate(self.bounds):
             extra: dict[str, Any] = (
@@ -126,6 +145,13 @@ class ShardRouter:
                 )
             )
         return out
+
+    def judged(self, rest: list[GradientPush], first: PushReply) -> list[GradientPush]:
+        """The pushes of shards 1.. with the coordinator's verdict ``first`` on staleness (as they
+        are without ``max_staleness``)."""
+        if not self.coordinator_judges:
+            return rest
+        return [dataclasses.replace(q, stale=first.stale) for q in rest]
 
     def merge(self, replies: list[PushReply]) -> PushReply:
         """One reply: the whole weights when any slice moved, and the coordinator's version and stop."""
@@ -151,12 +177,3 @@ class ShardRouter:
             all(r.applied for r in replies),
             first.lineage,
         )
-
-
-def grad_norm(grad: np.ndarray | torch.Tensor) -> float:
-    """The global L2 norm of a float32 gradient; float64 only where float32's sum overflows."""
-    t = torch.as_tensor(grad)
-    norm = float(torch.linalg.vector_norm(t))
-    if not np.isfinite(norm) and bool(torch.isfinite(t).all()):
-        norm = float(torch.linalg.vector_norm(t, dtype=torch.float64))
-    return norm

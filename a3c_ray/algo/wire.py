@@ -18,7 +18,9 @@ def encode(values: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "float32":
         return values
     if dtype == "float16":
-        return values.astype(np.float16)
+        # A value beyond float16's range becomes inf, which ``norm`` then reports.
+        with np.errstate(over="ignore"):
+            return values.astype(np.float16)
     if dtype == "bfloat16":
         return torch.from_numpy(values).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     raise ValueError(f"unknown wire dtype '{dtype}' (known: {', '.join(WIRE_DTYPES)})")
@@ -31,6 +33,19 @@ def decode_into(wire: np.ndarray, dtype: str, out: np.ndarray) -> None:
         np.left_shift(wire, 16, out=out.view(np.uint32), dtype=np.uint32)
     else:
         np.copyto(out, wire)
+
+
+def norm(wire: np.ndarray, dtype: str) -> float:
+    """The L2 norm of the values ``wire`` (as ``encode`` made it) carries, in float32 (float64 where
+    float32's sum overflows): infinite exactly when a value is, as one that float16 overflowed."""
+    if dtype == "bfloat16":
+        t = torch.from_numpy(wire.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(wire))
+    out = float(torch.linalg.vector_norm(t, dtype=torch.float32))
+    if not np.isfinite(out) and bool(torch.isfinite(t).all()):
+        out = float(torch.linalg.vector_norm(t, dtype=torch.float64))
+    return out
 
 
 def decode(wire: np.ndarray, dtype: str) -> np.ndarray:

@@ -9,6 +9,7 @@ it to the ParameterServer and take the newer weights it sends back, all in one r
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -22,7 +23,7 @@ from a3c_ray.algo.returns import gae
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
 from a3c_ray.envs.faults import count_failures
-from a3c_ray.envs.make import clip_actions, emulator_seconds, make_vector_env
+from a3c_ray.envs.make import action_bounds, clip_actions, emulator_seconds, make_vector_env
 
 TIMING_KEYS = ("env", "emulator", "forward", "backward", "push", "wait", "pull")
 
@@ -64,7 +65,7 @@ class Worker:
         self.generator = torch.Generator().manual_seed(seeds[-1])
         self.envs = make_vector_env(cfg.env)
         self.obs, _ = self.envs.reset(seed=seeds[:k])  # type: ignore[arg-type]  # one seed per env
-        self.model = build_model(cfg.model, obs_shape, n_actions)
+        self.model = build_model(cfg.model, obs_shape, n_actions, action_bounds(self.envs))
         self.version = -1
         self.lineage = ""
         self._env_failures_reported = 0
@@ -72,6 +73,10 @@ class Worker:
         self.reset_next = np.zeros(k, dtype=bool)
         self.env_steps = 0
         self.pushes = 0
+        # The id of each push (``GradientPush.seq``): this incarnation and a count of its own, as
+        # a restarted Worker in the same slot counts from 0 again.
+        self.sender = uuid.uuid4().hex[:12]
+        self._seq = 0
         # Seconds in each part of a Worker's loop. ``emulator`` is the part of ``env`` spent inside
         # the Atari emulator (0 for other envs); ``push`` hands a gradient to the transport,
         # ``wait`` blocks for the reply, ``pull`` loads the weights it brought.
@@ -219,7 +224,13 @@ class Worker:
             stats=stats,
             lineage=self.lineage,
             env_restarts=self._new_env_failures(),
+            seq=self._next_seq(),
+            sender=self.sender,
         )
+
+    def _next_seq(self) -> int:
+        seq, self._seq = self._seq, self._seq + 1
+        return seq
 
     def _new_env_failures(self) -> int:
         subenvs: list[Any] = getattr(self.envs, "envs", [])

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from a3c_ray import metric_names as M
-from a3c_ray.errors import ConfigError
+from a3c_ray.errors import ConfigError, install_hint
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.summary import read_summary
 
@@ -133,7 +133,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError(["--plot-runs needs matplotlib: pip install matplotlib"]) from None
+        raise ConfigError([f"--plot-runs needs matplotlib: {install_hint('dev')}"]) from None
     curves = [load_curve(Path(d)) for d in run_dirs]
     env = _env_name(Path(run_dirs[0]))
     target = _target(Path(run_dirs[0]))
@@ -239,7 +239,7 @@ def plot_learning(run_dir: Path, out_dir: Path, frames_per_step: int) -> Path:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError(["--plot-runs needs matplotlib: pip install matplotlib"]) from None
+        raise ConfigError([f"--plot-runs needs matplotlib: {install_hint('dev')}"]) from None
     curve, evals = load_curve(run_dir), load_evals(run_dir)
     env = _env_name(run_dir)
     fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.0), dpi=100, sharey=True)

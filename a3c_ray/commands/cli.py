@@ -80,8 +80,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     t.add_argument(
         "--config",
         type=Path,
-        help="YAML file of config sections (env, model, algo, run, monitor), or the name of a "
-        "shipped one: " + ", ".join(shipped_configs()),
+        help="YAML file of config sections (env, model, algo, run, monitor, ps, tune), or the "
+        "name of a shipped one: " + ", ".join(shipped_configs()),
     )
     t.add_argument(
         "--set",
@@ -207,8 +207,8 @@ def resume_config(args: argparse.Namespace) -> Config:
         )
     if args.overwrite:
         raise ConfigError(["--resume and --overwrite exclude each other"])
-    saved = Config.load(saved_file)
-    cfg = Config.load(saved_file)
+    saved = Config.load_saved(saved_file)
+    cfg = Config.load_saved(saved_file)
     if args.config:
         for section, values in Config.load(resolve_config(args.config)).to_dict().items():
             for key, value in values.items():

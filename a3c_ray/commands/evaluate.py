@@ -14,7 +14,7 @@ from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import ActorCritic
 from a3c_ray.config import EnvConfig
 from a3c_ray.envs.make import check_env, is_atari, make_eval_env
-from a3c_ray.errors import CheckpointError, ConfigError
+from a3c_ray.errors import CheckpointError, ConfigError, install_hint
 from a3c_ray.rundir.checkpoint import load_checkpoint
 from a3c_ray.rundir.policy import policy_from_state
 
@@ -45,7 +45,7 @@ def evaluate_checkpoint(
     policy = policy_from_state(state)
     if video_dir is not None:
         if importlib.util.find_spec("moviepy") is None:
-            raise ConfigError(["--video needs moviepy: pip install 'a3c-ray[video]'"])
+            raise ConfigError([f"--video needs moviepy: {install_hint('video')}"])
         env: gym.Env = gym.wrappers.RecordVideo(
             make_eval_env(env_cfg, render_mode="rgb_array"),
             str(video_dir),

@@ -7,7 +7,7 @@ import argparse
 import importlib.util
 import json
 
-from a3c_ray.errors import ConfigError
+from a3c_ray.errors import ConfigError, install_hint
 
 NEEDS = {"onnx": ("onnx", "onnxscript"), "torchscript": ()}
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     missing = [m for m in NEEDS[args.format] if importlib.util.find_spec(m) is None]
     if missing:
         raise ConfigError(
-            [f"--format {args.format} needs {', '.join(missing)}: pip install 'a3c-ray[export]'"]
+            [f"--format {args.format} needs {', '.join(missing)}: {install_hint('export')}"]
         )
     from a3c_ray.rundir.export import export_policy, io_names
     from a3c_ray.rundir.policy import load_policy

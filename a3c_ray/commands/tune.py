@@ -18,7 +18,7 @@ from typing import Any
 
 from a3c_ray.config import Config
 from a3c_ray.configs import resolve as resolve_config
-from a3c_ray.errors import EXIT_FAILURE, ConfigError, one_line
+from a3c_ray.errors import EXIT_FAILURE, ConfigError, install_hint, one_line
 from a3c_ray.rundir.summary import read_summary
 from a3c_ray.search_space import METRICS, SCHEDULERS, samplers
 
@@ -144,9 +144,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from a3c_ray.runtime import cluster, search
     except ImportError as e:
-        raise ConfigError(
-            [f"a3c-ray tune needs Ray Tune ({e}); install it with: pip install 'a3c-ray[tune]'"]
-        ) from None
+        raise ConfigError([f"a3c-ray tune needs Ray Tune ({e}); {install_hint('tune')}"]) from None
 
     started = cluster.connect(cfg, args.address, num_cpus=os.cpu_count() or 1)
     try:

@@ -31,6 +31,7 @@ from gymnasium.vector import AutoresetMode
 from a3c_ray.config import Config, EnvConfig
 from a3c_ray.envs.faults import RecreateOnError
 from a3c_ray.envs.faults import register as register_fault_envs
+from a3c_ray.errors import install_hint
 
 NOOP_MAX = 30
 FRAME_SKIP = 4
@@ -71,7 +72,7 @@ def check_env(cfg: EnvConfig) -> str | None:
         try:
             import cv2  # noqa: F401  # AtariPreprocessing resizes with OpenCV
         except ImportError:
-            return f"environment '{env_id}' needs OpenCV for its preprocessing: pip install 'a3c-ray[atari]'"
+            return f"environment '{env_id}' needs OpenCV for its preprocessing: {install_hint('atari')}"
     return None
 
 
@@ -187,6 +188,15 @@ def clip_actions(env: Any, actions: np.ndarray) -> np.ndarray:
     if isinstance(space, gym.spaces.Box):
         return np.clip(actions, space.low, space.high).astype(space.dtype, copy=False)
     return actions
+
+
+def action_bounds(env: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """The low and high bounds of the Box actions of an env, a vector env (its single env's) or an
+    action space; None for other actions."""
+    space = getattr(env, "single_action_space", None) or getattr(env, "action_space", env)
+    if isinstance(space, gym.spaces.Box):
+        return space.low, space.high
+    return None
 
 
 def resolve_policy(cfg: Config) -> None:

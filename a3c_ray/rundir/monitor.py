@@ -35,6 +35,7 @@ from a3c_ray.rundir.storage import RunStorage
 class ParameterServerLike(Protocol):
     def drain_stats(self) -> WindowStats: ...
     def state_dict(self) -> dict[str, Any]: ...
+    def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool: ...
 
 
 class Monitor:
@@ -144,6 +145,9 @@ class Monitor:
         self.last_checkpoint = self.storage.where(
             self._rel(self.ckpts.save({**state, "evals": self.n_evals}, eval_return=mean))
         )
+        if mean is not None and self.cfg.run.target_from == "eval":
+            # After the checkpoint: the weights that reached the target are saved when it stops.
+            self.ps.evaluation_reached(mean, step, float(state["train_seconds"]))
         every = self.cfg.monitor.video_every
         if mean is not None and every and self.n_evals % every == 0:
             self.record_video(step)

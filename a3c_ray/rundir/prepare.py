@@ -12,6 +12,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
+from a3c_ray.algo.optim import optimizer_mismatch
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError, ConfigError, one_line
 from a3c_ray.rundir import layout
@@ -45,7 +46,11 @@ def check_run_dir(
         if resume:
             local = storage.download_checkpoints()
             if not (existing_ok and not list_checkpoints(local)):
-                load_latest_good(local)
+                state = load_latest_good(local)
+                # Statistics of another optimizer would fail at the first push.
+                problem = optimizer_mismatch(state, cfg.algo)
+                if problem:
+                    raise CheckpointError(f"its checkpoint {problem}")
     except CheckpointError as e:
         raise ConfigError([f"cannot resume {location}: {e}"]) from None
     except (

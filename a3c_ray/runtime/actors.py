@@ -143,13 +143,22 @@ class ParameterServerShell(ParameterServer):
             self.metrics.maybe_export(self)
         return reply
 
-    def push(self, p: GradientPush) -> PushReply:
+    def push(self, p: GradientPush, stale: bool | None = None) -> PushReply:
+        """A push by actor call; ``stale``: the coordinator's verdict (``ShardedServer.send``)."""
+        if stale is not None:
+            p = dataclasses.replace(p, stale=stale)
         reply = self.push_inline(p)
         if reply.weights is not None and reply.weights.nbytes > WEIGHTS_BY_REF_BYTES:
             if self._ref is None or self._ref[0] != reply.version:
                 self._ref = (reply.version, ray.put(reply.weights))
             reply = reply._replace(weights=self._ref[1])
         return reply
+
+    def push_judging(self, p: GradientPush) -> tuple[bool, PushReply]:
+        """The coordinator's push whose verdict on staleness the other shards wait for: called
+        with two returns, so that they receive the verdict alone, not the weights."""
+        reply = self.push(p)
+        return reply.stale, reply
 
 
 # The state the ordinary calls read or change, serialized with the pushes as well.
@@ -162,6 +171,7 @@ for _name in (
     "retire",
     "request_stop",
     "note_worker_restarts",
+    "evaluation_reached",
 ):
     setattr(ParameterServerShell, _name, _serialized(getattr(ParameterServer, _name)))
 
@@ -177,7 +187,9 @@ class ShardedServer:
 
     def _router(self, n: int) -> ShardRouter:
         if self.router is None:
-            self.router = ShardRouter(n, len(self.handles), self.cfg.ps.wire_dtype)
+            self.router = ShardRouter(
+                n, len(self.handles), self.cfg.ps.wire_dtype, self.cfg.algo.max_staleness
+            )
         return self.router
 
     def pull(self) -> PushReply:
@@ -194,7 +206,15 @@ class ShardedServer:
         """Start the push to every shard; the returned function waits for the merged reply."""
         assert self.router is not None, "pull the weights before the first push"
         router = self.router
-        refs = [h.push.remote(q) for h, q in zip(self.handles, router.split(p), strict=True)]
+        parts = router.split(p)
+        if router.coordinator_judges:
+            # The other shards' calls take the coordinator's verdict as an argument: Ray starts
+            # them once it is in, and the Worker waits no longer than for the slowest reply.
+            verdict, first = self.handles[0].push_judging.options(num_returns=2).remote(parts[0])
+            rest = zip(self.handles[1:], parts[1:], strict=True)
+            refs = [first, *(h.push.remote(q, verdict) for h, q in rest)]
+        else:
+            refs = [h.push.remote(q) for h, q in zip(self.handles, parts, strict=True)]
 
         def wait() -> PushReply:
             replies: list[PushReply] = ray.get(refs)
@@ -204,6 +224,12 @@ class ShardedServer:
 
     def state_dict(self) -> dict[str, Any]:
         return merge_states(ray.get([h.state_dict.remote() for h in self.handles]))
+
+    def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool:
+        """The coordinator's: it keeps the run's stop."""
+        return bool(
+            ray.get(self.handles[0].evaluation_reached.remote(mean, env_steps, train_seconds))
+        )
 
     def drain_stats(self) -> WindowStats:
         """The coordinator's window; the step size is of the whole weights, from every shard's."""

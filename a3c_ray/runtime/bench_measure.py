@@ -25,6 +25,7 @@ from a3c_ray.algo.models import build_model, num_params, sample_actions
 from a3c_ray.config import Config
 from a3c_ray.envs.make import (
     FRAME_SKIP,
+    action_bounds,
     action_size,
     clip_actions,
     env_spaces,
@@ -60,7 +61,9 @@ def raw_limit(cfg: Config, seconds: float) -> dict[str, float]:
     envs = make_vector_env(cfg.env)
     try:
         obs_space, act_space = env_spaces(cfg.env)
-        model = build_model(cfg.model, obs_space.shape, action_size(act_space))
+        model = build_model(
+            cfg.model, obs_space.shape, action_size(act_space), action_bounds(act_space)
+        )
         generator = torch.Generator().manual_seed(cfg.run.seed)
         k = cfg.env.num_envs
         obs, _ = envs.reset(seed=cfg.run.seed)

@@ -90,6 +90,30 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM for the moment the run's actors are created, then raise
+    KeyboardInterrupt if one came: an interrupted run then always has the ParameterServer and the
+    Monitor that its final checkpoint needs."""
+    caught: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        caught.append(signum)
+
+    try:
+        previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if caught:
+        raise KeyboardInterrupt
+
+
 class Run:
     """The actors of one run, and the loop that watches them.
 
@@ -143,6 +167,20 @@ class Run:
 
     def start(self) -> None:
         """Start the ParameterServer's shards and the Monitor, wait for the shards, start the Workers."""
+        if self.ps is None:
+            self.create_actors()
+        self.ps_group.wait_ready()
+        start = ray.get(self.ps.progress.remote())
+        self.start_steps = start.env_steps
+        self.restored_from = start.restored_from
+        self.restarts_before = start.worker_restarts
+        self.progress = start
+        for i in range(self.n_workers):
+            self._start_worker(i)
+
+    def create_actors(self) -> None:
+        """Create the ParameterServer's shards and the Monitor without waiting for them: what a
+        final checkpoint needs, whenever the run is interrupted after this."""
         cfg, run_dir = self.cfg, self.run_dir
         meta = CheckpointMeta.of(cfg, self.obs_shape, self.n_actions, self.spaces)
         restartable = {"max_restarts": -1, "max_task_retries": -1, "namespace": NAMESPACE}
@@ -159,14 +197,6 @@ class Run:
             )
             .remote(cfg, run_dir, self.obs_shape, self.n_actions, self.run_id)
         )
-        self.ps_group.wait_ready()
-        start = ray.get(self.ps.progress.remote())
-        self.start_steps = start.env_steps
-        self.restored_from = start.restored_from
-        self.restarts_before = start.worker_restarts
-        self.progress = start
-        for i in range(self.n_workers):
-            self._start_worker(i)
 
     # -- workers -----------------------------------------------------------------------------
     def _start_worker(self, i: int) -> None:
@@ -477,7 +507,9 @@ def train(
         t0 = time.monotonic()
         with sigterm_as_interrupt():
             try:
-                run = Run(cfg, storage, cfg.run.workers)
+                with interrupts_held():
+                    run = Run(cfg, storage, cfg.run.workers)
+                    run.create_actors()
                 run.start()
                 run.watch(bar)
             except KeyboardInterrupt:

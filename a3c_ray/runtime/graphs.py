@@ -14,7 +14,10 @@ the other Workers, and those on other nodes, push by actor calls.
 Failures fall back to actor calls: when a graph cannot be compiled, does not answer, or breaks
 (the shard died and Ray restarted it), the Worker tears its graphs down and sends the same push by
 call, which Ray retries until the shard is back; it tries graphs again ``RECOMPILE_AFTER`` pushes
-later, and keeps to calls after ``MAX_GRAPH_FAILURES`` failures. A Worker gives its graphs back
+later, and keeps to calls after ``MAX_GRAPH_FAILURES`` failures. A shard that applied the push
+before the graph failed answers the call as it answered the graph and applies nothing twice: the
+push keeps its id (``GradientPush.seq``). With ``algo.max_staleness`` and several shards, pushes go
+by call only: the shards past the coordinator take its verdict on staleness as an argument. A Worker gives its graphs back
 when it stops. One that is killed leaves its loop polling on the shard until the shard restarts,
 and its slot taken, so a shard never polls more than ``ps.graph_workers`` channels.
 """
@@ -29,6 +32,7 @@ from typing import Any
 import ray
 
 from a3c_ray.algo.messages import GradientPush, PushReply
+from a3c_ray.algo.shards import coordinator_judges
 from a3c_ray.config import MAX_GRAPH_WORKERS
 from a3c_ray.runtime.remote import resolve
 
@@ -66,8 +70,10 @@ class GraphServer:
         self.calls = calls
         self.handles: list[Any] = calls.handles
         self.worker = worker
-        # Graphs only to shards on this Worker's node: shared memory, no network.
-        self.local = [k for k, n in enumerate(shard_nodes) if n == node]
+        # Graphs only to shards on this Worker's node: shared memory, no network; none where the
+        # other shards wait for the coordinator's verdict on staleness, which calls carry.
+        judged = coordinator_judges(len(shard_nodes), calls.cfg.algo.max_staleness)
+        self.local = [] if judged else [k for k, n in enumerate(shard_nodes) if n == node]
         self.graphs: dict[int, Any] = {}
         self.failures = 0
         self.calls_left = 0  # pushes to send by call before graphs are tried again

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from a3c_ray.algo import wire
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.algo.shards import ShardRouter
@@ -30,11 +31,13 @@ def _pushes(cfg: Config, size: int, n: int = 8, seed: int = 0) -> list[GradientP
     rng = np.random.default_rng((cfg.run.seed, seed))
     steps = cfg.algo.t_max * cfg.env.num_envs
     stats = {"policy_loss": 0.1, "value_loss": 1.0, "entropy": 0.69}
+    grads = [rng.normal(0, 0.01, size).astype(np.float32) for _ in range(n)]
     return [
         # version -1: the server's version always moved, so every reply carries the weights, as
-        # it does for every push once two or more Workers train.
-        GradientPush(rng.normal(0, 0.01, size).astype(np.float32), -1, steps, i, stats=dict(stats))
-        for i in range(n)
+        # it does for every push once two or more Workers train. The norm of the whole gradient,
+        # as a Worker's router sends it, by which every shard clips.
+        GradientPush(g, -1, steps, i, stats=dict(stats), norm=wire.norm(g, "float32"))
+        for i, g in enumerate(grads)
     ]
 
 

@@ -65,6 +65,28 @@ def domain(s: Sampler) -> Any:
     return make(*s.args)
 
 
+def pbt_mutations(space: dict[str, Sampler]) -> dict[str, Any]:
+    """What PBT perturbs, and how: a choice as the list of its values, which Ray's explore moves
+    to a neighbour (a domain it would multiply by 0.8 or 1.2, strings included); a range as its
+    domain, which Ray multiplies or resamples, and ``KeepInSpace`` then puts back into it."""
+    return {name: list(s.args[0]) if s.kind == "choice" else domain(s) for name, s in space.items()}
+
+
+class KeepInSpace:
+    """PBT's explore, finished: every perturbed range value back inside its sampler's range, on
+    its grid, an integer where the sampler's are (``Sampler.clamp``). A class, not a closure:
+    Tune pickles its scheduler with the experiment."""
+
+    def __init__(self, space: dict[str, Sampler]):
+        self.space = space
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        for name, s in self.space.items():
+            if name in config:
+                config[name] = s.clamp(config[name])
+        return config
+
+
 def trial_config(base: dict[str, Any], values: dict[str, Any], run_dir: str) -> Config:
     """The base config with one trial's sampled values, writing into ``run_dir``."""
     cfg = Config.from_dict(base)
@@ -223,7 +245,8 @@ class SearchResult:
     """The ``ray.tune.ResultGrid``."""
 
 
-def scheduler(cfg: Config, space: dict[str, Any]) -> Any:
+def scheduler(cfg: Config) -> Any:
+    """The Tune scheduler of ``tune.scheduler``; a PBT one keeps its perturbations in the space."""
     t = cfg.tune
     if t.scheduler == "asha":
         return ASHAScheduler(
@@ -233,11 +256,13 @@ def scheduler(cfg: Config, space: dict[str, Any]) -> Any:
             reduction_factor=t.reduction_factor,
         )
     if t.scheduler == "pbt":
+        space = samplers(cfg)
         return PopulationBasedTraining(
             time_attr="env_steps",
             perturbation_interval=t.perturbation_steps,
-            hyperparam_mutations=space,
+            hyperparam_mutations=pbt_mutations(space),
             quantile_fraction=t.quantile_fraction,
+            custom_explore_fn=KeepInSpace(space),
         )
     return FIFOScheduler()
 
@@ -277,7 +302,7 @@ def search(
             metric=t.metric,
             mode="max",
             num_samples=t.num_samples,
-            scheduler=scheduler(cfg, space),
+            scheduler=scheduler(cfg),
             max_concurrent_trials=t.max_concurrent_trials,
             reuse_actors=False,
         ),
