@@ -141,6 +141,8 @@ class RunConfig:
     """Restarts allowed per Worker slot; one more failure stops the run with an error."""
     restart_backoff: float = 1.0
     """Seconds before restarting a failed Worker, doubled for each further failure of that slot."""
+    healthy_after: float = 60.0
+    """Seconds a Worker must run before it fails for its slot's earlier failures to be forgotten: its replacement waits restart_backoff again, and max_worker_restarts counts afresh. A long run so survives Workers lost now and then; a Worker that cannot run at all still stops it."""
     stop_grace: float = 15.0
     """Seconds a stopping run (target, a limit, Ctrl-C, SIGTERM) waits for its Workers' last pushes. A Worker that has not started by then (no free CPU for it) is not waited for at all, and one still busy after it (stuck in its env) is killed: a run ends within this bound plus its final checkpoint."""
 
@@ -428,6 +430,10 @@ class Config:
             f"run.target_from: must be one of {', '.join(TARGET_SOURCES)}, got {r.target_from!r}",
         )
         need(r.stop_grace >= 0, f"run.stop_grace: must be >= 0 seconds, got {r.stop_grace}")
+        need(
+            r.healthy_after > 0,
+            f"run.healthy_after: must be > 0 seconds, got {r.healthy_after}",
+        )
         need(
             r.restart_backoff >= 0,
             f"run.restart_backoff: must be >= 0 seconds, got {r.restart_backoff}",

@@ -2,9 +2,13 @@
 # A multi-node Ray cluster on this one machine, to try multi-node placement without a cloud: a head
 # node at 127.0.0.10 and N worker nodes at 127.0.0.11, 127.0.0.12, ..., with token authentication.
 #
-#   cluster/local.sh up [N]    start the head and N worker nodes (default 2)
-#   cluster/local.sh status    the cluster's addresses, then `ray status`
-#   cluster/local.sh down      stop exactly the processes of the cluster that `up` started
+#   cluster/local.sh up [N]          start the head and N worker nodes (default 2)
+#   cluster/local.sh status          the cluster's addresses, then `ray status`
+#   cluster/local.sh down            stop exactly the processes of the cluster that `up` started
+#   cluster/local.sh kill            lose the whole cluster: SIGKILL to all of them at once, as a
+#                                    crashed machine would (no process gets to clean up)
+#   cluster/local.sh remove-node I   lose worker node I the same way (its raylet, its actors)
+#   cluster/local.sh add-node I      start worker node I again (or a new one) in the running cluster
 #
 # Settings, from the environment:
 #   RAY                 the ray command (default: this project's .venv/bin/ray, else ray on PATH);
@@ -49,13 +53,15 @@ MAX_WORKER_NODES=200
 # Marks every process of this cluster: inherited from `ray start` by the GCS, raylets, dashboard
 # and, through them, by workers and job drivers.
 MARKER="A3C_RAY_LOCAL_CLUSTER=$DIR"
+# And each node's processes (raylet, agents, the actors' workers) carry their node's own marker.
+node_marker() { echo "A3C_RAY_LOCAL_NODE=$DIR/n$1"; }
 export RAY_AUTH_MODE=token
 # Separate nodes, whatever the caller's environment says (=0 is Ray's single-node loopback mode).
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1
 
 die() { echo "local.sh: $*" >&2; exit 1; }
 
-usage() { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
 
 # -- processes ---------------------------------------------------------------------------------
 alive() { # PID: running, not a zombie
@@ -71,8 +77,8 @@ running_of() { # PIDS...: those still running (not zombies), from one ps call
 
 started_at() { ps -o lstart= -p "$1" 2>/dev/null | tr -s ' ' | sed 's/ /_/g' || true; }
 
-marked_pids() { # processes whose environment holds this cluster's marker
-    grep -lzxF "$MARKER" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/\([0-9]*\)/environ$|\1|' || true
+marked_pids() { # [MARK]: processes whose environment holds MARK (default: this cluster's marker)
+    grep -lzxF "${1:-$MARKER}" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/\([0-9]*\)/environ$|\1|' || true
 }
 
 recorded_pids() { # pids in the state file that still belong to the process recorded
@@ -108,7 +114,7 @@ start_node() { # INDEX IP CPUS [ray start flags...]
     local node_dir="$DIR/n$i"
     mkdir -p "$node_dir"
     echo "node $i $ip cpus=$cpus metrics=$ip:$((METRICS_PORT + i)) logs=$node_dir/session_latest/logs" >>"$STATE"
-    if ! env "$MARKER" PATH="$(dirname "$RAY"):$PATH" "$RAY" start \
+    if ! env "$MARKER" "$(node_marker "$i")" PATH="$(dirname "$RAY"):$PATH" "$RAY" start \
         --node-ip-address="$ip" --num-cpus="$cpus" --temp-dir="$node_dir" \
         --metrics-export-port=$((METRICS_PORT + i)) \
         --dashboard-agent-listen-port=$((AGENT_PORT + i)) \
@@ -198,10 +204,66 @@ cmd_down() {
     echo "local.sh: stopped $(echo $pids | wc -w) processes; node logs stay in $DIR until the next up"
 }
 
+kill_now() { # PIDS...: SIGKILL them, and whatever they started meanwhile, until none runs
+    local pids="$*" left tries=0
+    while [[ -n "${pids// /}" ]] && ((tries < 5)); do
+        kill -KILL $pids 2>/dev/null || true
+        sleep 0.5
+        left="$(running_of $pids)"
+        pids="$(with_descendants $left)"
+        tries=$((tries + 1))
+    done
+}
+
+cmd_kill() {
+    if [[ ! -f "$STATE" ]]; then
+        echo "local.sh: no local cluster recorded in $DIR; nothing to kill"
+        return 0
+    fi
+    local pids
+    pids="$(with_descendants $(recorded_pids) $(marked_pids))"
+    kill_now $pids
+    # Processes forked between the snapshot and the kill carry the marker too.
+    kill_now $(marked_pids)
+    rm -f "$STATE"
+    echo "local.sh: killed $(echo $pids | wc -w) processes; node logs stay in $DIR until the next up"
+}
+
+worker_node_index() { # I: a worker node's index (the head, 0, is not one)
+    [[ "${1:-}" =~ ^[0-9]+$ ]] && (($1 >= 1 && $1 <= MAX_WORKER_NODES)) || die "expected a worker node index 1..$MAX_WORKER_NODES, not '${1:-}'"
+    [[ -f "$STATE" ]] || die "no local cluster recorded in $DIR; start one with: $0 up 2"
+}
+
+cmd_remove_node() {
+    worker_node_index "$@"
+    local i="$1" pids
+    pids="$(with_descendants $(marked_pids "$(node_marker "$i")"))"
+    [[ -n "${pids// /}" ]] || die "node $i does not run"
+    kill_now $pids
+    kill_now $(marked_pids "$(node_marker "$i")")
+    awk -v i="$i" '!($1 == "node" && $2 == i)' "$STATE" >"$STATE.tmp" && mv "$STATE.tmp" "$STATE"
+    echo "local.sh: node $i lost: killed $(echo $pids | wc -w) processes"
+}
+
+cmd_add_node() {
+    worker_node_index "$@"
+    local i="$1" address
+    [[ -z "$(marked_pids "$(node_marker "$i")")" ]] || die "node $i already runs"
+    address="$(awk '$1 == "address" { print $2 }' "$STATE")"
+    # A lost node's session directory still holds its dead sockets: keep its logs aside, start
+    # from a clean one.
+    rm -rf "$DIR/n$i.lost"
+    [[ ! -d "$DIR/n$i" ]] || mv "$DIR/n$i" "$DIR/n$i.lost"
+    start_node "$i" "127.0.0.$((10 + i))" "$NUM_CPUS" --address="$address"
+}
+
 case "${1:-}" in
 up) shift; cmd_up "$@" ;;
 status) cmd_status ;;
 down) cmd_down ;;
+kill) cmd_kill ;;
+remove-node) shift; cmd_remove_node "$@" ;;
+add-node) shift; cmd_add_node "$@" ;;
 -h | --help | help) usage ;;
 *) usage >&2; exit 2 ;;
 esac

@@ -237,7 +237,7 @@ def test_local_sh_usage_and_bad_commands_exit_without_starting_anything(tmp_path
     script = str(CLUSTER / "local.sh")
     usage = subprocess.run(["bash", script, "--help"], capture_output=True, text=True, env=env)
     assert usage.returncode == 0
-    for command in ("up [N]", "status", "down"):
+    for command in ("up [N]", "status", "down", "kill", "remove-node I", "add-node I"):
         assert command in usage.stdout
     wrong = subprocess.run(["bash", script, "sideways"], capture_output=True, text=True, env=env)
     assert wrong.returncode == 2
@@ -247,6 +247,17 @@ def test_local_sh_usage_and_bad_commands_exit_without_starting_anything(tmp_path
     assert down.returncode == 0 and "nothing to stop" in down.stdout
     status = subprocess.run(["bash", script, "status"], capture_output=True, text=True, env=env)
     assert status.returncode == 1 and "up 2" in status.stderr
+    kill = subprocess.run(["bash", script, "kill"], capture_output=True, text=True, env=env)
+    assert kill.returncode == 0 and "nothing to kill" in kill.stdout
+    for index in ("0", "x", ""):
+        node = subprocess.run(
+            ["bash", script, "remove-node", index], capture_output=True, text=True, env=env
+        )
+        assert node.returncode == 1 and "worker node index" in node.stderr
+    node = subprocess.run(
+        ["bash", script, "add-node", "1"], capture_output=True, text=True, env=env
+    )
+    assert node.returncode == 1 and "no local cluster" in node.stderr
     assert not (tmp_path / "s").exists()
 
 
@@ -305,7 +316,7 @@ def test_cluster_doc_commands_use_real_files_flags_and_train_arguments() -> None
             if word.startswith(("cluster/", ".rayignore")):
                 assert (ROOT / word).exists(), word
         if command.startswith("cluster/local.sh"):
-            assert command.split()[1] in ("up", "status", "down")
+            assert command.split()[1] in ("up", "status", "down", "kill", "remove-node", "add-node")
 
 
 def test_cluster_doc_lists_every_local_sh_setting() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,44 @@ def test_killed_worker_is_restarted_and_only_its_rollout_is_lost(
     s = trains_to_max_steps_despite(cfg, kill)
     assert s["worker_restarts"] == 1 and any("worker 1" in f for f in s["failures"])
     assert s["env_steps"] >= 40_000 and s["ps_restarts"] == 0
+
+
+def test_a_worker_lost_now_and_then_is_restarted_more_often_than_max_worker_restarts(
+    ray_session: None, tmp_path: Path
+) -> None:
+    """A long run loses Workers now and then (a node drained, a process killed): a Worker that ran
+    for run.healthy_after seconds before it died starts its slot's count afresh, so three such
+    losses of one slot do not stop a run that allows one restart of a failing Worker."""
+    run_dir = tmp_path / "nowandthen"
+    cfg = small_config(
+        run_dir,
+        run__max_steps=10**9,
+        run__time_limit=300,
+        run__max_worker_restarts=1,
+        run__restart_backoff=0.1,
+        run__healthy_after=1.0,
+    )
+
+    def pushing(slot: int) -> None:
+        steps = progress(run_dir).worker_steps.get(slot, 0)
+        wait_for(lambda: progress(run_dir).worker_steps.get(slot, 0) > steps, what="a push")
+
+    def kill_three_times_then_stop() -> None:
+        for k in range(3):
+            pushing(1)  # the Worker of the last restart trains
+            time.sleep(1.5)  # for longer than run.healthy_after
+            ray.kill(named_actor("Worker-1", run_dir), no_restart=False)
+            wait_for(lambda k=k: progress(run_dir).worker_restarts > k, what="the restart")
+        pushing(1)
+        # The run ends as its step budget would.
+        ray.get(named_actor("ParameterServer", run_dir).request_stop.remote("max_steps"))  # type: ignore[attr-defined]
+
+    fault = InBackground(kill_three_times_then_stop)
+    result = train(cfg)
+    fault.check()
+    s = result.summary
+    assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
+    assert s["worker_restarts"] == 3 and not result.errors, s
 
 
 def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(

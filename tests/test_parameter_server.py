@@ -13,6 +13,7 @@ from a3c_ray.algo.optim import saved_optimizer
 from a3c_ray.algo.parameter_server import ParameterServer
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError
+from a3c_ray.rundir.checkpoint import CheckpointManager, load_checkpoint
 
 N = 10
 META = CheckpointMeta(env_id="CartPole-v1", obs_shape=(4,), n_actions=2)
@@ -170,6 +171,39 @@ def test_state_dict_round_trip_restores_weights_optimizer_and_counters() -> None
     # Same state, same next step: the optimizer statistics came back too.
     a, b = ps.push(push(0.3, version=3)), other.push(push(0.3, version=3))
     np.testing.assert_array_equal(a.weights, b.weights)
+
+
+def test_a_restored_server_reports_every_counter_and_steps_exactly_as_the_original(
+    tmp_path: Path,
+) -> None:
+    """What a resumed run (``--resume``, ``--resume auto``) continues from: every counter the
+    run reports, through a checkpoint file, and the next gradient applied bit for bit alike."""
+    ps = make_ps(algo__optimizer="rmsprop", algo__max_staleness=2)
+    ps.push(push(1.0, version=0, worker=0, episode_returns=[3.0], episode_lengths=[3]))
+    ps.push(push(0.5, version=0, worker=1, env_restarts=1))  # 1 version stale: applied
+    ps.push(push(float("nan"), version=2, worker=0))  # dropped: not finite
+    ps.push(push(0.2, version=0, worker=1))  # 2 stale: applied
+    ps.push(push(0.2, version=0, worker=1))  # 3 stale: dropped
+    ps.note_worker_restarts(2)
+    ps.note_worker_restarts(1)  # an older count changes nothing
+    state = ps.state_dict()
+    CheckpointManager(tmp_path).save(state)
+    other = ParameterServer(
+        ps.cfg,
+        np.zeros(N, dtype=np.float32),
+        meta=META,
+        restore=load_checkpoint(tmp_path / "latest"),
+    )
+    before, after = dataclasses.asdict(ps.progress()), dataclasses.asdict(other.progress())
+    # Training time goes on from the checkpoint's (and the original's went on since).
+    assert after.pop("train_seconds") == state["train_seconds"] <= before.pop("train_seconds")
+    assert after.pop("restored_from").endswith("ckpt-50.pt") and before.pop("restored_from") is None
+    assert after == before
+    assert after["worker_restarts"] == 2 and after["staleness_max"] == 2
+    assert after["worker_steps"] == {0: 20, 1: 30} and after["dropped_stale"] == 1
+    a, b = ps.push(push(0.3, version=3, worker=0)), other.push(push(0.3, version=3, worker=0))
+    np.testing.assert_array_equal(a.weights, b.weights)
+    assert dataclasses.asdict(ps.progress())["staleness_mean"] == other.progress().staleness_mean
 
 
 def test_wrong_gradient_size_is_an_error() -> None:

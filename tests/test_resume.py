@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
+import ray
 
 from a3c_ray import metric_names as M
 from a3c_ray.commands.cli import main
@@ -13,7 +15,7 @@ from a3c_ray.config import Config
 from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
 from a3c_ray.runtime.driver import train
 
-from .conftest import small_config
+from .conftest import named_actor, small_config, wait_for
 from .test_cli import snapshot
 from .test_train_ray import read_tags
 
@@ -166,9 +168,19 @@ def test_resume_auto_starts_a_run_then_continues_it_exactly(
 ) -> None:
     run_dir = tmp_path / "job"
     run_dir.mkdir()  # an empty directory holds no run: the run starts there
-    assert main(auto(run_dir, "--max-steps", "10000")) == 0
+
+    def kill_a_worker() -> None:
+        ps = named_actor("ParameterServer", run_dir)
+        wait_for(lambda: ray.get(ps.progress.remote()).env_steps > 2_000, what="training")  # type: ignore[attr-defined]
+        ray.kill(named_actor("Worker-1", run_dir), no_restart=False)
+
+    killer = threading.Thread(target=kill_a_worker, daemon=True)
+    killer.start()
+    assert main(auto(run_dir, "--max-steps", "10000", "--set", "run.restart_backoff=0.1")) == 0
+    killer.join(timeout=60)
     first = summary(run_dir)
     assert first["resumed_from"] is None and first["env_steps"] >= 10_000
+    assert first["worker_restarts"] == 1, first
     saved = load_checkpoint(run_dir / "checkpoints" / "latest")
     assert main(auto(run_dir, "--max-steps", "20000")) == 0
     second = summary(run_dir)
@@ -176,10 +188,15 @@ def test_resume_auto_starts_a_run_then_continues_it_exactly(
         f"ckpt-{saved['env_steps']}.pt"
     )
     assert second["env_steps"] >= 20_000
-    # Counters, training time and the best evaluation went on from the checkpoint.
+    # Counters, training time and the best evaluation went on from the checkpoint: the Worker
+    # restart of the first sitting is still counted, and evaluations take new seeds.
     assert second["gradient_updates"] > saved["gradients_applied"]
+    assert second["episodes"] > saved["episodes"]
     assert second["train_seconds"] > saved["train_seconds"]
+    assert second["staleness_max"] >= saved["staleness_max"]
+    assert second["worker_restarts"] == 1, second
     assert second["best_eval_return"] >= first["best_eval_return"]
+    assert load_checkpoint(run_dir / "checkpoints" / "latest")["evals"] > saved["evals"]
     assert Config.load(run_dir / "config.yaml").run.max_steps == 20_000
 
 

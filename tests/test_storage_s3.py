@@ -68,7 +68,7 @@ def s3_and_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 os.environ[k] = v
 
 
-def test_a_run_on_s3_reports_s3_paths_and_eval_reads_them(
+def test_a_run_on_s3_reports_s3_paths_eval_reads_them_and_resume_auto_continues_it(
     s3_and_ray: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import s3fs
@@ -91,3 +91,11 @@ def test_a_run_on_s3_reports_s3_paths_and_eval_reads_them(
     assert main(["eval", f"s3://{BUCKET}/runs/none/checkpoints/best"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no checkpoint at s3://" in err[0]
+
+    # The job submitted again (its cluster lost): the run goes on from S3 and names the
+    # checkpoint it went on from by its URI, not by the staging copy it was read from.
+    again = ["train", "--run-dir", uri, "--resume", "auto", "--max-steps", "6000", "--no-progress"]
+    assert main(again) == 0
+    fs.invalidate_cache()
+    resumed = json.loads(fs.cat(f"{uri}/summary.json"))
+    assert resumed["resumed_from"] == s["checkpoint"] and resumed["env_steps"] >= 6_000, resumed

@@ -181,6 +181,8 @@ class Progress:
     """Why training stops (target, max_steps, time_limit, interrupted, error); None while it goes on."""
     steps_to_target: int | None
     seconds_to_target: float | None
+    worker_restarts: int = 0
+    """Workers restarted since the run began (resumes included), as the driver reported them."""
 
 
 @dataclass(frozen=True)

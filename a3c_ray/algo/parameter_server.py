@@ -77,6 +77,7 @@ class ParameterServer:
         self.dropped_resync = 0
         self.env_restarts = 0
         self.restarts = 0
+        self.worker_restarts = 0  # the driver's count, kept here to go into checkpoints
         self.worker_steps: dict[int, int] = {}
         # Per Worker slot: the id of its last push, and whether it was applied and found stale.
         self._answered: dict[int, tuple[str, int, bool, bool]] = {}
@@ -273,6 +274,7 @@ class ParameterServer:
             stop_reason=self.stop_reason,
             steps_to_target=self.steps_to_target,
             seconds_to_target=self.seconds_to_target,
+            worker_restarts=self.worker_restarts,
         )
 
     def drain_stats(self) -> WindowStats:
@@ -293,6 +295,11 @@ class ParameterServer:
     def retire(self, worker: int) -> None:
         """Tell Worker ``worker`` to stop at its next push (its slot is not restarted)."""
         self.retiring.add(worker)
+
+    def note_worker_restarts(self, total: int) -> None:
+        """The run's Worker restarts so far, as the driver counts them (resumes included), to be
+        kept in checkpoints. A count older than one already known changes nothing."""
+        self.worker_restarts = max(self.worker_restarts, int(total))
 
     def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool:
         """An evaluation of the weights of ``env_steps`` (``train_seconds`` of training) scored
@@ -331,6 +338,10 @@ class ParameterServer:
             "train_seconds": self.train_seconds(),
             "env_restarts": self.env_restarts,
             "ps_restarts": self.restarts,
+            "worker_restarts": self.worker_restarts,
+            "staleness_sum": self.staleness_sum,
+            "staleness_max": self.staleness_max,
+            "worker_steps": dict(self.worker_steps),
         }
 
     def check_compatible(self, state: dict[str, Any]) -> None:
@@ -368,6 +379,10 @@ class ParameterServer:
         self.train_seconds_before = float(state.get("train_seconds", 0.0))
         self.env_restarts = int(state.get("env_restarts", 0))
         self.restarts = int(state.get("ps_restarts", 0))
+        self.worker_restarts = int(state.get("worker_restarts", 0))
+        self.staleness_sum = int(state.get("staleness_sum", 0))
+        self.staleness_max = int(state.get("staleness_max", 0))
+        self.worker_steps = {int(k): int(v) for k, v in state.get("worker_steps", {}).items()}
         if "dropped_nonfinite" in state:
             self.dropped_nonfinite = int(state["dropped_nonfinite"])
             self.dropped_stale = int(state.get("dropped_stale", 0))

@@ -12,7 +12,8 @@ and prints the ratio of (3) to (1) x N, and a model of where throughput stops gr
 ``--plot-runs`` instead draws the learning curves of finished training runs (``bench_plot``), and
 ``--seeds`` measures learning and keeping it over seeds (``bench_stability``), and ``--ps-scale``
 the ParameterServer alone under synthetic clients (``bench_ps``), and ``--serve`` a served policy
-under HTTP clients (``bench_serve``).
+under HTTP clients (``bench_serve``), and ``--chaos`` a run that loses actors and nodes all the
+time (``bench_chaos``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from a3c_ray.algo import choices
-from a3c_ray.commands import bench_ps, bench_serve
+from a3c_ray.commands import bench_chaos, bench_ps, bench_serve
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.commands.bench_report import format_profile, format_report
 from a3c_ray.config import Config
@@ -142,6 +143,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bs.add_arguments(p)
     bench_ps.add_arguments(p)
     bench_serve.add_arguments(p)
+    bench_chaos.add_arguments(p)
 
 
 def bench_config(args: argparse.Namespace) -> Config:
@@ -395,6 +397,8 @@ def run(args: argparse.Namespace) -> int:
     if args.serve:
         return bench_serve.run(args)
     cfg = bench_config(args)
+    if args.chaos:
+        return bench_chaos.run(cfg, args)
     if args.seeds is not None:
         return bs.run_stability(cfg, args)
     if args.ps_scale:

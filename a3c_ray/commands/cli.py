@@ -330,7 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         words = list(sys.argv[1:] if argv is None else argv)
         command = next((w for w in words if not w.startswith("-")), None)
-        if command in ("status", "scale") and on_this_machine(flag_value(words, "--address")):
+        local = command in ("status", "scale") and on_this_machine(flag_value(words, "--address"))
+        if local or (command == "bench" and "--chaos" in words):  # --chaos: its own local cluster
             # Before Ray is first imported (with the command's module): Ray then keeps loopback
             # addresses as they are instead of rewriting them to this machine's interface
             # address, where an embedded Ray does not listen.

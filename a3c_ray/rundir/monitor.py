@@ -25,8 +25,9 @@ from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.algo.stats import WindowStats
 from a3c_ray.config import Config
 from a3c_ray.envs.make import make_eval_env
+from a3c_ray.errors import CheckpointError
 from a3c_ray.rundir import layout
-from a3c_ray.rundir.checkpoint import CheckpointManager
+from a3c_ray.rundir.checkpoint import CheckpointManager, load_checkpoint
 from a3c_ray.rundir.policy import policy_from_state
 from a3c_ray.rundir.storage import RunStorage
 
@@ -65,7 +66,9 @@ class Monitor:
         # What the run's checkpoints say of it, for states that do not say it themselves.
         self.meta = CheckpointMeta.of(cfg, obs_shape, n_actions)
         self.policy: Policy | None = None
-        self.n_evals = 0
+        # Evaluations so far: each takes the seeds of its number, so a resumed run, or a restarted
+        # Monitor, goes on with new episodes instead of replaying the first ones.
+        self.n_evals = self._evals_so_far()
         self.last_eval_time = time.monotonic()
         self.last_eval_return: float | None = None
         self.best_eval_return: float | None = self.ckpts.best_return
@@ -76,6 +79,12 @@ class Monitor:
         self.last_eval_steps: int | None = self.ckpts.latest_steps()
         self._last_steps: int | None = None
         self._last_time = time.monotonic()
+
+    def _evals_so_far(self) -> int:
+        try:
+            return int(load_checkpoint(self.ckpts.dir / layout.LATEST).get("evals", 0))
+        except (CheckpointError, OSError):
+            return 0
 
     def _rel(self, path: Path) -> str:
         return str(path.relative_to(self.run_dir))
@@ -134,7 +143,7 @@ class Monitor:
             self.best_eval_return = mean
         # Where the run lives (its URI for a remote run), not this node's staging copy.
         self.last_checkpoint = self.storage.where(
-            self._rel(self.ckpts.save(state, eval_return=mean))
+            self._rel(self.ckpts.save({**state, "evals": self.n_evals}, eval_return=mean))
         )
         if mean is not None and self.cfg.run.target_from == "eval":
             # After the checkpoint: the weights that reached the target are saved when it stops.

@@ -110,7 +110,18 @@ class RunStorage:
         if self.remote:
             assert self.fs is not None
             local.parent.mkdir(parents=True, exist_ok=True)
-            self.fs.get_file(self._remote(rel), str(local))
+            # To a temporary name, then renamed: actors on one node share its staging directory,
+            # and one may read a checkpoint while another fetches the same file again.
+            # (Not *.tmp: a starting Monitor removes those as its own leftovers.)
+            fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".get", dir=local.parent)
+            os.close(fd)
+            try:
+                self.fs.get_file(self._remote(rel), tmp)
+                os.replace(tmp, local)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
         return local
 
     def download_dir(self, rel: str) -> Path:

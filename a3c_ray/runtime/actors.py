@@ -9,6 +9,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -19,6 +20,7 @@ from a3c_ray.algo.shards import ShardRouter, merge_states, shard_bounds, slice_s
 from a3c_ray.algo.stats import WindowStats
 from a3c_ray.algo.worker import Worker
 from a3c_ray.config import Config
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import load_checkpoint, newest_good_state
 from a3c_ray.rundir.monitor import Monitor
 from a3c_ray.rundir.storage import RunStorage
@@ -47,6 +49,14 @@ def _serialized(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _as_stored(storage: RunStorage, state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``state`` with its ``path`` where the run lives (its URI for a remote run), not this node's
+    staging copy: what the run reports it restored from."""
+    if state is not None:
+        state["path"] = storage.where(f"{layout.CHECKPOINTS}/{Path(state['path']).name}")
+    return state
+
+
 class ParameterServerShell(ParameterServer):
     """The Ray actor of one shard (the whole ParameterServer when ``ps.shards`` is 1). Ray restarts
     it after a crash; it then resumes from the newest checkpoint, and the driver rolls the other
@@ -63,7 +73,10 @@ class ParameterServerShell(ParameterServer):
         self._lock = threading.RLock()
         self.run_dir = run_dir
         # The run directory may be a URI: restore from this node's copy of its checkpoints.
-        self._start(cfg, meta, shard, newest_good_state(RunStorage(run_dir).download_checkpoints()))
+        storage = RunStorage(run_dir)
+        self._start(
+            cfg, meta, shard, _as_stored(storage, newest_good_state(storage.download_checkpoints()))
+        )
         with warnings.catch_warnings():  # Ray's own deprecation notice from inside this property
             warnings.simplefilter("ignore", DeprecationWarning)
             if ray.get_runtime_context().was_current_actor_reconstructed:
@@ -90,8 +103,9 @@ class ParameterServerShell(ParameterServer):
         restarts = self.restarts
         state = None
         if checkpoint is not None:
-            local = RunStorage(self.run_dir).download_checkpoints()
-            state = load_checkpoint(local / checkpoint.rsplit("/", 1)[-1])
+            storage = RunStorage(self.run_dir)
+            local = storage.download_checkpoints()
+            state = _as_stored(storage, load_checkpoint(local / checkpoint.rsplit("/", 1)[-1]))
         self._start(self.cfg, self.meta, self.shard, state)  # type: ignore[arg-type]
         self.restarts = max(self.restarts, restarts) + 1
         return self.lineage
@@ -156,6 +170,7 @@ for _name in (
     "set_workers",
     "retire",
     "request_stop",
+    "note_worker_restarts",
     "evaluation_reached",
 ):
     setattr(ParameterServerShell, _name, _serialized(getattr(ParameterServer, _name)))

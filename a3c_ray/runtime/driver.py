@@ -5,7 +5,10 @@ example: a dict of in-flight refs and ``ray.wait`` over it, with a timeout so th
 ticked, failed Workers are restarted and the progress bar is refreshed while Workers train.
 
 Failures: a Worker that dies or raises is replaced after a backoff that doubles with each failure
-of its slot; after ``run.max_worker_restarts`` the run stops with an error. The ParameterServer and
+of its slot; after ``run.max_worker_restarts`` the run stops with an error. A Worker that ran for
+``run.healthy_after`` seconds before it failed starts its slot's count afresh, so that a long run
+survives Workers lost now and then (a node drained, a process killed) and still stops on a Worker
+that cannot run at all. The ParameterServer and
 the Monitor are restarted by Ray itself (``max_restarts=-1``), and calls to them are retried; the
 ParameterServer comes back from the newest good checkpoint and the Workers resync to it. With
 ``ps.shards`` > 1, a shard that comes back so has every other shard rolled back to the same
@@ -144,8 +147,11 @@ class Run:
         # slot -> a call queued before the Worker's ``train``: done once the Worker is placed
         self.started: dict[int, Any] = {}
         self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
+        self.starts: dict[int, int] = {}  # slot -> Workers started in it (for their random streams)
+        self.started_at: dict[int, float] = {}
         self.restart_at: dict[int, float] = {}
         self.worker_restarts = 0
+        self.restarts_before = 0  # of earlier sittings of a resumed run
         self.retiring: set[int] = set()
         self.current_workers = workers
         self.results: dict[int, WorkerResult] = {}
@@ -167,6 +173,7 @@ class Run:
         start = ray.get(self.ps.progress.remote())
         self.start_steps = start.env_steps
         self.restored_from = start.restored_from
+        self.restarts_before = start.worker_restarts
         self.progress = start
         for i in range(self.n_workers):
             self._start_worker(i)
@@ -194,9 +201,9 @@ class Run:
     # -- workers -----------------------------------------------------------------------------
     def _start_worker(self, i: int) -> None:
         # A restarted or resumed Worker gets a fresh random stream, still derived from the seed.
-        stream = (
-            (self.start_steps, self.failures[i]) if self.start_steps or self.failures[i] else ()
-        )
+        n = self.starts[i] = self.starts.get(i, -1) + 1
+        stream = (self.start_steps, n) if self.start_steps or n else ()
+        self.started_at[i] = time.monotonic()
         w = self.worker_cls.options(
             name=f"{self.run_id}/Worker-{i}",
             namespace=NAMESPACE,
@@ -214,6 +221,8 @@ class Run:
             ray.kill(self.workers[i])  # a Worker whose task raised is still alive and holds a CPU
         if i in self.retiring:
             return  # it was on its way out anyway
+        if time.monotonic() - self.started_at.get(i, 0.0) >= self.cfg.run.healthy_after:
+            self.failures[i] = 0  # it ran well before it failed: not a Worker that cannot run
         self.failures[i] += 1
         reason = one_line(error)
         self.failure_log.append(f"worker {i} failure {self.failures[i]}: {reason}")
@@ -226,6 +235,10 @@ class Run:
             return
         delay = min(self.cfg.run.restart_backoff * 2 ** (self.failures[i] - 1), MAX_BACKOFF_SECONDS)
         self.restart_at[i] = time.monotonic() + delay
+
+    def total_worker_restarts(self) -> int:
+        """Worker restarts since the run began, earlier sittings of a resumed run included."""
+        return self.restarts_before + self.worker_restarts
 
     def active_slots(self) -> list[int]:
         """Slots with a Worker training or waiting to be restarted, and not being retired."""
@@ -258,6 +271,8 @@ class Run:
                 self._start_worker(i)
                 self.worker_restarts += 1
                 self.metrics.worker_restarted(i)
+                # Kept in the run's checkpoints, so that a resumed run goes on counting.
+                self.ps.note_worker_restarts.remote(self.total_worker_restarts())
 
     # -- the loop ----------------------------------------------------------------------------
     def watch(self, bar: tqdm | None, until: float | None = None) -> bool:
@@ -345,7 +360,8 @@ class Run:
         bar.update(min(p.env_steps, bar.total) - bar.n)
         secs = p.train_seconds
         ev = self.monitor_report.get("last_eval_return")
-        restarts = f" | restarts {self.worker_restarts}" if self.worker_restarts else ""
+        total = self.total_worker_restarts()
+        restarts = f" | restarts {total}" if total else ""
         bar.set_postfix_str(
             f"SPS {p.env_steps / secs if secs > 0 else 0:,.0f} | ret100 {p.mean_return_100:.1f}"
             f" | eval {'-' if ev is None else f'{ev:.1f}'}"
@@ -411,7 +427,7 @@ class Run:
             checkpoint=self.monitor_report.get("checkpoint"),
             eval_failures=self.monitor_report.get("eval_failures", 0),
             stopped_because=p.stop_reason,
-            worker_restarts=self.worker_restarts,
+            worker_restarts=self.total_worker_restarts(),
             ps_restarts=p.ps_restarts,
             env_restarts=p.env_restarts,
             gradients_dropped=p.gradients_dropped,

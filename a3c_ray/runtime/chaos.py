@@ -1,0 +1,617 @@
+"""The chaos soak: a run trained for a fixed time on a local multi-node cluster while faults arrive
+all the time, and what the run does about each of them.
+
+``a3c-ray bench --chaos`` (``commands/bench_chaos.py``) drives it. It starts a cluster of
+``cluster/local.sh`` (a head for the ParameterServer and the Monitor, one-CPU worker nodes for the
+Workers), submits ``a3c-ray train --resume auto`` as a Ray job through the Jobs SDK, attaches to
+the cluster, and on a fixed schedule, counted from the run's first env steps:
+
+- kills a random Worker every ``worker_every`` seconds (the driver replaces it);
+- kills the ParameterServer, or a random shard, every ``ps_every`` seconds (Ray restarts it from
+  the newest checkpoint);
+- kills the Monitor once, at ``monitor_at`` (Ray restarts it);
+- loses a worker node that hosts a Worker at ``node_at`` (``local.sh remove-node``: SIGKILL to its
+  raylet and everything on it) and adds it back ``node_down`` seconds later.
+
+Meanwhile it polls the run's progress (env steps overall and per Worker slot, twice a second),
+loads every checkpoint the ``latest`` pointer names as soon as it names it, and every
+``sample_every`` seconds samples each actor's resident memory: which actors run, their processes
+and restarts from Ray's state API (``list_actors``), each process's RSS from the per-actor process
+stats the dashboard's agents gather on every node (what the dashboard's Actors page shows).
+
+"Training goes on" after a fault means: a killed Worker's slot pushes env steps again; a restarted
+ParameterServer's env steps grow past those it restored; the restarted Monitor writes a
+checkpoint; after a node loss, the run's env steps grow again (its lost Workers come back once the
+node does, ``slots_back_after_return``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from a3c_ray.algo.messages import Progress
+from a3c_ray.errors import CheckpointError
+from a3c_ray.rundir import layout
+from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint, read_pointer
+from a3c_ray.runtime.actors import shard_name
+from a3c_ray.runtime.cluster import live_runs
+from a3c_ray.runtime.jobs import (
+    TERMINAL,
+    auth_headers,
+    job_status,
+    make_client,
+    quiet_ray_logs,
+    submit,
+)
+from a3c_ray.runtime.local_cluster import LocalCluster
+from a3c_ray.runtime.remote import NAMESPACE
+
+log = logging.getLogger("a3c_ray")
+
+POLL_SECONDS = 0.5
+START_TIMEOUT = 600.0
+"""Seconds for the job to start training (a loaded machine, a runtime env to build)."""
+END_GRACE = 300.0
+"""Seconds after the soak's time for the run to end by its time limit before the job is stopped."""
+
+
+@dataclass
+class ChaosPlan:
+    """What the soak does and when; every time is in seconds from the run's first env steps."""
+
+    seconds: float
+    """Training seconds (the run's time limit)."""
+    worker_every: float = 30.0
+    """Seconds between kills of a random Worker; 0: none."""
+    ps_every: float = 300.0
+    """Seconds between kills of the ParameterServer (a random shard of several); 0: none."""
+    monitor_at: float | None = None
+    """When the Monitor is killed, once; None: never."""
+    node_at: float | None = None
+    """When a worker node that hosts a Worker is lost; None: never."""
+    node_down: float = 30.0
+    """Seconds the lost node stays away before it is added back."""
+    sample_every: float = 10.0
+    """Seconds between samples of every actor's resident memory."""
+    quiet_end: float = 15.0
+    """No fault comes in the last seconds: each fault's recovery is seen before the run ends."""
+    worker_nodes: int = 2
+    seed: int = 0
+
+    def schedule(self) -> list[tuple[float, str]]:
+        """(when, what) in time order: worker, ps, monitor, node (lost) and node-back."""
+        last = self.seconds - self.quiet_end
+        events: list[tuple[float, str]] = []
+        for every, kind in ((self.worker_every, "worker"), (self.ps_every, "ps")):
+            k = 1
+            while every > 0 and k * every < last:
+                events.append((k * every, kind))
+                k += 1
+        if self.monitor_at is not None and self.monitor_at < last:
+            events.append((self.monitor_at, "monitor"))
+        if self.node_at is not None and self.node_at < last:
+            events += [(self.node_at, "node"), (self.node_at + self.node_down, "node-back")]
+        return sorted(events)
+
+
+@dataclass
+class Fault:
+    kind: str
+    """worker, ps, monitor or node."""
+    target: str
+    """The actor's name in its run (Worker-1, ParameterServer, Monitor) or the node (node 2)."""
+    at: float
+    recovered_after: float | None = None
+    """Seconds until training went on (see the module's docstring); None: it never did."""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckpointSeen:
+    name: str
+    at: float
+    state: str
+    """loaded, unreadable (it did not load), or pruned (gone, with newer ones kept, before read)."""
+    env_steps: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class SoakResult:
+    plan: ChaosPlan
+    run_id: str
+    run_dir: str
+    job_status: str
+    started_after: float
+    """Seconds from the job's submission to its first env steps."""
+    faults: list[Fault]
+    checkpoints: list[CheckpointSeen]
+    files_left: dict[str, str]
+    """Each checkpoint file left in the run directory at the end: loaded, or why not."""
+    progress: list[dict[str, Any]]
+    """(at, env_steps, mean_return_100, episodes, gradients dropped by reason) every second."""
+    memory: list[dict[str, Any]]
+    """(at, actor, pid, rss in bytes, age of its process in seconds) per actor per sample."""
+    actor_restarts: dict[str, int]
+    """Ray's restarts of each actor it restarts itself (the ParameterServer, the Monitor)."""
+    summary: dict[str, Any]
+    """The run's summary.json."""
+    job_logs_tail: str = ""
+
+
+class Soak:
+    """One soak on a started ``LocalCluster``: submit, attach, inject, watch, collect."""
+
+    def __init__(
+        self, cluster: LocalCluster, plan: ChaosPlan, run_dir: Path, workers: int, cfg: Any
+    ):
+        self.cluster = cluster
+        self.plan = plan
+        self.run_dir = run_dir
+        self.workers = workers
+        self.shards = int(cfg.ps.shards)
+        self.push_steps = int(cfg.algo.t_max) * int(cfg.env.num_envs)
+        self.keep = int(cfg.monitor.keep_checkpoints)
+        self.rng = random.Random(plan.seed)
+        self.faults: list[Fault] = []
+        self.pending: list[Fault] = []
+        self.checkpoints: list[CheckpointSeen] = []
+        self.progress_rows: list[dict[str, Any]] = []
+        self.memory: list[dict[str, Any]] = []
+        self.actor_restarts: dict[str, int] = {}
+        self.last: Progress | None = None
+        self.latest: str | None = None
+        self.t0: float | None = None
+        self._ref: Any = None
+        self._next_round = 0.0
+        self._stop = threading.Event()
+        self.run_id = ""
+        self.lost_node: int | None = None
+
+    # -- the whole soak ------------------------------------------------------------------------
+    def run(self, entrypoint: str, runtime_env: dict[str, Any]) -> SoakResult:
+        client = make_client(self.cluster.dashboard)
+        submitted = time.monotonic()
+        with quiet_ray_logs():
+            job = submit(client, entrypoint, runtime_env, None)
+        attach(self.cluster.address)
+        sampler = threading.Thread(target=self._sample_memory_until_stopped, daemon=True)
+        try:
+            self.run_id = self._find_run(client, job)
+            self.ps = ray.get_actor(shard_name(self.run_id, 0), namespace=NAMESPACE)
+            self._wait_for_training(client, job)
+            started_after = time.monotonic() - submitted
+            sampler.start()
+            status = self._inject_and_watch(client, job)
+        finally:
+            self._stop.set()
+            if sampler.is_alive():
+                sampler.join(timeout=60)
+            ray.shutdown()
+        if self.lost_node is not None:  # the run ended while the node was away
+            self.cluster.add_node(self.lost_node)
+        return SoakResult(
+            plan=self.plan,
+            run_id=self.run_id,
+            run_dir=str(self.run_dir),
+            job_status=status,
+            started_after=round(started_after, 1),
+            faults=self.faults,
+            checkpoints=self.checkpoints,
+            files_left=self._check_files_left(),
+            progress=self.progress_rows,
+            memory=self.memory,
+            actor_restarts=self.actor_restarts,
+            summary=self._summary(),
+            job_logs_tail=_tail(client.get_job_logs(job)),
+        )
+
+    def _find_run(self, client: Any, job: str) -> str:
+        """The id of the run the job started (its actors are named after its run directory)."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            runs = [
+                r for r, roles in live_runs(self.run_dir.name).items() if "ParameterServer" in roles
+            ]
+            if runs:
+                return runs[0]
+            if job_status(client, job) in TERMINAL:
+                raise RuntimeError(
+                    f"the job ended before training: {_tail(client.get_job_logs(job))}"
+                )
+            time.sleep(1.0)
+        raise RuntimeError(f"no run started within {START_TIMEOUT:g} s")
+
+    def _wait_for_training(self, client: Any, job: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while self.t0 is None:
+            if time.monotonic() > deadline or job_status(client, job) in TERMINAL:
+                raise RuntimeError(f"the run never trained: {_tail(client.get_job_logs(job))}")
+            p = self._poll()
+            if p is not None and p.env_steps > 0:
+                self.t0 = time.monotonic()
+                self._record(p)
+            else:
+                time.sleep(POLL_SECONDS)
+
+    def _inject_and_watch(self, client: Any, job: str) -> str:
+        events = self.plan.schedule()
+        next_status = 0.0
+        while True:
+            self._pace()
+            now = self.now()
+            while events and events[0][0] <= now:
+                _, kind = events.pop(0)
+                self._inject(kind)
+            p = self._poll()
+            if p is not None:
+                self._record(p)
+                self._update_recoveries(p)
+            self._follow_checkpoints()
+            if now >= next_status:
+                status = job_status(client, job)
+                if status in TERMINAL:
+                    return status
+                next_status = now + 2.0
+            if now > self.plan.seconds + END_GRACE:
+                log.warning("chaos: the run did not end by its time limit; stopping the job")
+                client.stop_job(job)
+                while (status := job_status(client, job)) not in TERMINAL:
+                    time.sleep(1.0)
+                return status
+
+    def _pace(self) -> None:
+        """One round of the loop every POLL_SECONDS at most: the run's ParameterServer answers
+        a progress call in a millisecond, and must not be asked hundreds of times a second."""
+        wait = self._next_round - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        self._next_round = time.monotonic() + POLL_SECONDS
+
+    def now(self) -> float:
+        assert self.t0 is not None
+        return time.monotonic() - self.t0
+
+    # -- progress --------------------------------------------------------------------------------
+    def _poll(self) -> Progress | None:
+        """The coordinator's progress, if it answers within a poll (one call in flight at most:
+        a restarting ParameterServer answers later, or the call fails and a new one is sent)."""
+        if self._ref is None:
+            self._ref = self.ps.progress.remote()
+        ready, _ = ray.wait([self._ref], timeout=POLL_SECONDS)
+        if not ready:
+            return None
+        ref, self._ref = self._ref, None
+        try:
+            p: Progress = ray.get(ref)
+        except ray.exceptions.RayError:
+            time.sleep(POLL_SECONDS)
+            return None
+        return p
+
+    def _record(self, p: Progress) -> None:
+        self.last = p
+        at = 0.0 if self.t0 is None else self.now()
+        if self.progress_rows and at - self.progress_rows[-1]["at"] < 1.0:
+            return
+        self.progress_rows.append(
+            {
+                "at": round(at, 2),
+                "env_steps": p.env_steps,
+                "mean_return_100": p.mean_return_100 if p.episodes else None,
+                "episodes": p.episodes,
+                "ps_restarts": p.ps_restarts,
+                "worker_restarts": p.worker_restarts,
+                "dropped": {
+                    "resync": p.dropped_resync,
+                    "stale": p.dropped_stale,
+                    "nonfinite": p.dropped_nonfinite,
+                },
+            }
+        )
+
+    # -- faults ----------------------------------------------------------------------------------
+    def _inject(self, kind: str) -> None:
+        try:
+            if kind == "worker":
+                self._kill_worker()
+            elif kind == "ps":
+                self._kill_ps()
+            elif kind == "monitor":
+                self._kill_monitor()
+            elif kind == "node":
+                self._lose_node()
+            elif kind == "node-back":
+                self._node_back()
+        except (ray.exceptions.RayError, ValueError, RuntimeError) as e:
+            log.warning("chaos: %s not injected: %s", kind, e)
+
+    def _fault(self, kind: str, target: str, **detail: Any) -> Fault:
+        f = Fault(kind, target, round(self.now(), 2), detail=detail)
+        self.faults.append(f)
+        self.pending.append(f)
+        log.warning("chaos: %.0f s: %s %s", f.at, kind, target)
+        return f
+
+    def _slot_steps(self, slot: int) -> int:
+        return 0 if self.last is None else int(self.last.worker_steps.get(slot, 0))
+
+    def _kill_worker(self) -> None:
+        slot = self.rng.randrange(self.workers)
+        handle = ray.get_actor(f"{self.run_id}/Worker-{slot}", namespace=NAMESPACE)
+        assert self.last is not None
+        self._fault(
+            "worker",
+            f"Worker-{slot}",
+            slot=slot,
+            # The dying Worker's push in flight may still land: its replacement's is the next.
+            baseline=self._slot_steps(slot) + self.push_steps,
+            ps_restarts=self.last.ps_restarts,
+        )
+        ray.kill(handle, no_restart=False)
+
+    def _kill_ps(self) -> None:
+        shard = self.rng.randrange(self.shards)
+        name = shard_name(self.run_id, shard).split("/", 1)[1]
+        handle = ray.get_actor(shard_name(self.run_id, shard), namespace=NAMESPACE)
+        assert self.last is not None
+        self._fault(
+            "ps",
+            name,
+            ps_restarts=self.last.ps_restarts,
+            env_steps=self.last.env_steps,
+            latest_checkpoint=self.latest,
+        )
+        ray.kill(handle, no_restart=False)
+
+    def _kill_monitor(self) -> None:
+        handle = ray.get_actor(f"{self.run_id}/Monitor", namespace=NAMESPACE)
+        self._fault("monitor", "Monitor", latest_checkpoint=self.latest)
+        ray.kill(handle, no_restart=False)
+
+    def _lose_node(self) -> None:
+        """Lose a worker node that hosts a Worker (the ParameterServer and Monitor are on the head)."""
+        hosts = worker_hosts(self.run_id)
+        if not hosts:
+            raise RuntimeError("no Worker is placed on a worker node")
+        index = self.rng.choice(sorted(hosts))
+        slots = hosts[index]
+        assert self.last is not None
+        self._fault(
+            "node",
+            f"node {index}",
+            slots=slots,
+            baselines={s: self._slot_steps(s) + self.push_steps for s in slots},
+            env_steps=self.last.env_steps,
+            ps_restarts=self.last.ps_restarts,
+        )
+        self.cluster.remove_node(index)
+        self.lost_node = index
+
+    def _node_back(self) -> None:
+        if self.lost_node is None:
+            return
+        index, self.lost_node = self.lost_node, None
+        self.cluster.add_node(index)
+        for f in self.faults:
+            if f.kind == "node" and f.target == f"node {index}":
+                f.detail["back_at"] = round(self.now(), 2)
+
+    # -- recoveries ------------------------------------------------------------------------------
+    def _update_recoveries(self, p: Progress) -> None:
+        now = self.now()
+        for f in list(self.pending):
+            if self._went_on(f, p):
+                f.recovered_after = round(now - f.at, 2)
+                self.pending.remove(f)
+
+    def _went_on(self, f: Fault, p: Progress) -> bool:
+        d = f.detail
+        if f.kind == "worker":
+            return self._slot_back(d, d["slot"], p)
+        if f.kind == "ps":
+            if p.ps_restarts <= d["ps_restarts"]:
+                return False  # still the old server (ray.kill is asynchronous), or none yet
+            if "restored_steps" not in d:
+                d["restored_steps"] = p.env_steps
+                d["restored_from"] = p.restored_from
+                d["lost_steps"] = d["env_steps"] - p.env_steps
+                return False
+            return p.env_steps > d["restored_steps"]
+        if f.kind == "monitor":
+            return self.latest is not None and self.latest != d["latest_checkpoint"]
+        if f.kind == "node":
+            if "trains_on_after" not in d and p.env_steps > d["env_steps"]:
+                d["trains_on_after"] = round(self.now() - f.at, 2)
+            if "back_at" in d and all(self._slot_back(d, s, p) for s in d["slots"]):
+                d["slots_back_after_return"] = round(self.now() - d["back_at"], 2)
+                f.recovered_after = d["trains_on_after"]
+                self.pending.remove(f)
+            return False
+        return False
+
+    def _slot_back(self, d: dict[str, Any], slot: int, p: Progress) -> bool:
+        """Has Worker slot ``slot`` pushed since its Worker was lost? A ParameterServer restored
+        since then took its counters back to a checkpoint: from there, any push counts."""
+        baselines = d.setdefault("baselines", {slot: d.get("baseline", 0)})
+        if p.ps_restarts != d["ps_restarts"]:
+            d["ps_restarts"] = p.ps_restarts
+            for s in baselines:
+                baselines[s] = int(p.worker_steps.get(s, 0))
+            return False
+        return int(p.worker_steps.get(slot, 0)) > baselines[slot]
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _follow_checkpoints(self) -> None:
+        """Load the checkpoint the ``latest`` pointer names, each one once, as soon as it names it."""
+        directory = self.run_dir / layout.CHECKPOINTS
+        try:
+            name = read_pointer(directory / layout.LATEST).name
+        except (OSError, CheckpointError):
+            return
+        if name == self.latest:
+            return
+        self.latest = name
+        at = round(self.now(), 2)
+        try:
+            state = load_checkpoint(directory / name)
+        except CheckpointError as e:
+            newer = [p for p in list_checkpoints(directory) if _steps(p) > _steps(Path(name))]
+            if not (directory / name).exists() and len(newer) >= self.keep:
+                self.checkpoints.append(CheckpointSeen(name, at, "pruned"))
+            else:
+                self.checkpoints.append(CheckpointSeen(name, at, "unreadable", error=str(e)))
+            return
+        self.checkpoints.append(CheckpointSeen(name, at, "loaded", int(state["env_steps"])))
+
+    def _check_files_left(self) -> dict[str, str]:
+        out = {}
+        for p in list_checkpoints(self.run_dir / layout.CHECKPOINTS):
+            try:
+                load_checkpoint(p)
+                out[p.name] = "loaded"
+            except CheckpointError as e:
+                out[p.name] = f"unreadable: {e}"
+        return out
+
+    def _summary(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads((self.run_dir / layout.SUMMARY).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data
+
+    # -- memory ----------------------------------------------------------------------------------
+    def _sample_memory_until_stopped(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                rows, restarts = actor_memory(self.cluster, self.run_id)
+            except Exception as e:  # a sample lost to a busy dashboard is not a failed soak
+                log.warning("chaos: memory sample failed: %s", e)
+            else:
+                at = round(self.now(), 2)
+                self.memory += [{"at": at, **r} for r in rows]
+                for name, n in restarts.items():
+                    self.actor_restarts[name] = max(n, self.actor_restarts.get(name, 0))
+            self._stop.wait(max(0.0, self.plan.sample_every - (time.monotonic() - began)))
+
+
+def attach(address: str) -> None:
+    """Connect this process to the local cluster at ``address`` as a driver on its head."""
+    # local.sh's clusters want the token, which Ray sends in token mode only; Ray reads the mode
+    # once, when it is imported (``a3c-ray bench --chaos`` sets it before).
+    if os.environ.get("RAY_AUTH_MODE") != "token":
+        raise RuntimeError(
+            "attaching to a local.sh cluster needs RAY_AUTH_MODE=token before Ray is imported"
+        )
+    host = address.rsplit(":", 1)[0]
+    ray.init(
+        address=address, _node_ip_address=host, logging_level=logging.WARNING, log_to_driver=False
+    )
+
+
+def worker_hosts(run: str) -> dict[int, list[int]]:
+    """Worker node index (1, 2, ... for 127.0.0.11, .12, ...) -> the run's Worker slots on it."""
+    from ray.util.state import list_actors, list_nodes
+
+    gcs = ray.get_runtime_context().gcs_address
+    ips = {n.node_id: n.node_ip for n in list_nodes(address=gcs, filters=[("state", "=", "ALIVE")])}
+    hosts: dict[int, list[int]] = {}
+    for a in list_actors(
+        address=gcs, filters=[("class_name", "=", "Worker"), ("state", "=", "ALIVE")], limit=10_000
+    ):
+        name = a.name or ""
+        ip = ips.get(a.node_id or "", "")
+        if a.ray_namespace == NAMESPACE and name.startswith(run + "/Worker-") and ip:
+            index = int(ip.rsplit(".", 1)[1]) - 10
+            if index >= 1:
+                hosts.setdefault(index, []).append(int(name.rsplit("-", 1)[1]))
+    return hosts
+
+
+def actor_memory(cluster: LocalCluster, run: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The resident memory of each live actor of ``run``, and Ray's restarts of each: the actors
+    and their processes from the state API, each process's RSS from the dashboard's per-actor
+    process stats (gathered by the agent of every node, refreshed every few seconds)."""
+    from ray.util.state import list_actors
+
+    gcs = ray.get_runtime_context().gcs_address
+    actors = {
+        a.actor_id: a
+        for a in list_actors(
+            address=gcs,
+            filters=[("ray_namespace", "=", NAMESPACE), ("state", "=", "ALIVE")],
+            detail=True,
+            limit=10_000,
+        )
+        if (a.name or "").startswith(run + "/")
+    }
+    restarts = {role(a.name): int(a.num_restarts or 0) for a in actors.values()}
+    if not actors:
+        return [], restarts
+    request = urllib.request.Request(
+        f"{cluster.dashboard}/logical/actors?ids={','.join(actors)}", headers=auth_headers()
+    )
+    with urllib.request.urlopen(request, timeout=30) as r:
+        infos = json.load(r)["data"]["actors"]
+    rows = []
+    now = time.time()
+    for actor_id, info in infos.items():
+        stats = (info or {}).get("processStats") or {}
+        rss = (stats.get("memoryInfo") or {}).get("rss")
+        a = actors.get(actor_id)
+        if rss is None or a is None or stats.get("pid") != a.pid:
+            continue  # not sampled by its node's agent yet (a new process)
+        created = stats.get("createTime")
+        age = None
+        if created:
+            created = created / 1000 if created > 1e11 else created  # ms or s since the epoch
+            age = round(now - created, 1)
+        rows.append({"actor": role(a.name), "pid": int(a.pid or 0), "rss": int(rss), "age": age})
+    return rows, restarts
+
+
+def role(name: str | None) -> str:
+    """An actor's name in its run: ``<run-id>/Worker-1`` -> ``Worker-1``."""
+    return (name or "").split("/", 1)[-1]
+
+
+def _steps(path: Path) -> int:
+    m = layout.CHECKPOINT_RE.match(path.name)
+    return int(m.group(1)) if m else -1
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def soak(
+    plan: ChaosPlan,
+    entrypoint: str,
+    runtime_env: dict[str, Any],
+    run_dir: Path,
+    workers: int,
+    cfg: Any,
+) -> SoakResult:
+    """Start a cluster of ``plan.worker_nodes`` one-CPU worker nodes, soak the run that
+    ``entrypoint`` trains in ``run_dir`` (``workers`` Workers of ``cfg``), and stop the cluster."""
+    cluster = LocalCluster(plan.worker_nodes)
+    try:
+        cluster.up()
+        return Soak(cluster, plan, run_dir, workers, cfg).run(entrypoint, runtime_env)
+    finally:
+        with contextlib.suppress(Exception):
+            cluster.close()

@@ -1,0 +1,203 @@
+"""The whole cluster lost, and the run resumed by submitting the same job again.
+
+A CartPole job with ``--resume auto`` and its run directory on an S3-compatible server (moto's, on
+loopback) runs on ``cluster/local.sh up 2``. The cluster is taken down mid-run (``local.sh down``),
+brought up again, and the same command is submitted again; the resumed run is lost too, this time
+killed outright (``local.sh kill``: SIGKILL to every process), and the command is submitted a
+third time. Each incarnation of the cluster stages the run directory in a directory of its own, so
+what it resumes from can only be what reached S3. The run never goes back, keeps its counters, and
+ends at its target. This process never calls ray.init: it talks to the cluster through the Jobs
+API, as a user or a retrying scheduler would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from a3c_ray.commands import submit
+from a3c_ray.rundir.checkpoint import load_checkpoint
+from a3c_ray.runtime import jobs
+from a3c_ray.runtime.local_cluster import LocalCluster
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[1]
+PREINSTALLED = ROOT / "cluster" / "runtime_env.preinstalled.yaml"
+BUCKET = "a3c-lost"
+RUN = f"s3://{BUCKET}/runs/cp"
+TARGET = 450.0
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A moto S3 server on 127.0.0.1 with one bucket; the variables that reach it."""
+    moto_server = pytest.importorskip("moto.server")
+    s3fs = pytest.importorskip("s3fs")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+    saved = {k: os.environ.get(k) for k in [*env, "A3C_RAY_STAGING"]}
+    os.environ.update(env)
+    os.environ["A3C_RAY_STAGING"] = str(tmp_path_factory.mktemp("staging-here"))
+    s3fs.S3FileSystem.clear_instance_cache()
+    s3fs.S3FileSystem().mkdir(BUCKET)
+    try:
+        yield env
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """A head and two worker nodes of one CPU each, up and down as the test says, and stopped
+    however it ends."""
+    c = LocalCluster(worker_nodes=2)
+    try:
+        yield c
+    finally:
+        left = c.close()
+        assert not left, f"processes left after local.sh down: {left}"
+
+
+class Job:
+    """The one command of every submission: start the run, or continue it."""
+
+    def __init__(self, cluster: LocalCluster, s3_env: dict[str, str], tmp_path: Path):
+        self.cluster, self.s3_env, self.tmp_path = cluster, s3_env, tmp_path
+        self.sittings = 0
+
+    def submit(self) -> tuple[Any, str]:
+        """Submit ``a3c-ray train --resume auto`` through ``a3c-ray submit``, as a user would;
+        each sitting stages the run directory anew (a new cluster has no local copy)."""
+        self.sittings += 1
+        env = yaml.safe_load(PREINSTALLED.read_text())
+        env["env_vars"] = {
+            **env.get("env_vars", {}),
+            **self.s3_env,
+            "A3C_RAY_STAGING": str(self.tmp_path / f"staging-{self.sittings}"),
+        }
+        runtime_env = self.tmp_path / f"runtime_env-{self.sittings}.yaml"
+        runtime_env.write_text(yaml.safe_dump(env))
+        job_id = f"cartpole-{self.sittings}"
+        code = submit.main(
+            [
+                "--address", self.cluster.dashboard, "--working-dir", str(ROOT),
+                "--runtime-env", str(runtime_env), "--submission-id", job_id, "--no-wait", "--",
+                "--env", "CartPole-v1", "--workers", "2", "--target-return", str(TARGET),
+                "--eval-every", "2", "--run-dir", RUN, "--resume", "auto", "--no-progress",
+            ]
+        )  # fmt: skip
+        assert code == 0
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.cluster.dashboard, headers=jobs.auth_headers()), job_id
+
+
+def latest_steps() -> int | None:
+    """Env steps of the checkpoint the run's ``latest`` pointer names in S3, if any."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem()
+    fs.invalidate_cache()
+    try:
+        name = fs.cat(f"{RUN}/checkpoints/latest").decode().strip()
+    except FileNotFoundError:
+        return None
+    return int(name.split("-")[1].split(".")[0])
+
+
+def watch(client: Any, job_id: str, until: int | None, seen: list[int], timeout: float) -> str:
+    """Follow the run's newest checkpoint in S3 into ``seen`` until it holds ``until`` env steps
+    (None: until the job ends); the job's status then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = latest_steps()
+        if steps is not None and (not seen or steps != seen[-1]):
+            seen.append(steps)
+        status = jobs.job_status(client, job_id)
+        if status in jobs.TERMINAL or (until is not None and steps is not None and steps >= until):
+            return status
+        time.sleep(1.0)
+    raise AssertionError(f"{job_id}: nothing after {timeout:g} s: {client.get_job_logs(job_id)}")
+
+
+def newest_checkpoint() -> dict[str, Any]:
+    return load_checkpoint(f"{RUN}/checkpoints/latest")
+
+
+def test_a_run_survives_losing_its_whole_cluster_twice_and_ends_at_its_target(
+    s3: dict[str, str], cluster: LocalCluster, tmp_path: Path
+) -> None:
+    import s3fs
+
+    job = Job(cluster, s3, tmp_path)
+    seen: list[int] = []  # the newest checkpoint's env steps, as S3 held it
+    began = time.monotonic()
+
+    def phase(what: str) -> None:  # where the minutes go (shown with -s, or on a failure)
+        print(f"{time.monotonic() - began:6.1f} s  {what}", flush=True)
+
+    cluster.up()
+    phase("cluster up")
+    client, first = job.submit()
+    assert watch(client, first, 15_000, seen, timeout=300) == "RUNNING", client.get_job_logs(first)
+    phase(f"first sitting at {seen[-1]} env steps")
+    cluster.down()  # SIGTERM then SIGKILL: the job's driver may or may not checkpoint once more
+    lost_once = newest_checkpoint()
+    phase(f"cluster down; newest checkpoint at {lost_once['env_steps']} env steps")
+
+    cluster.up()
+    phase("cluster up again")
+    client, second = job.submit()
+    until = int(lost_once["env_steps"]) + 15_000
+    assert watch(client, second, until, seen, timeout=300) == "RUNNING", client.get_job_logs(second)
+    phase(f"second sitting at {seen[-1]} env steps")
+    cluster.kill()  # no process gets to clean up
+    lost_twice = newest_checkpoint()
+    phase(f"cluster killed; newest checkpoint at {lost_twice['env_steps']} env steps")
+
+    cluster.up()
+    phase("cluster up a third time")
+    client, third = job.submit()
+    status = watch(client, third, None, seen, timeout=480)
+    logs = client.get_job_logs(third)
+    assert status == "SUCCEEDED", logs
+    phase(f"third sitting done at {seen[-1]} env steps")
+    summary = json.loads(s3fs.S3FileSystem().cat(f"{RUN}/summary.json"))
+
+    # Never back: every checkpoint S3 held came after the one before it.
+    assert seen == sorted(seen) and len(seen) >= 6, seen
+    # The second sitting went on from the first's newest checkpoint: its counters, training time
+    # and evaluations went on from there.
+    for key in ("env_steps", "version", "gradients_applied", "episodes", "evals"):
+        assert lost_twice[key] > lost_once[key], key
+    assert lost_twice["train_seconds"] > lost_once["train_seconds"]
+    assert lost_twice["staleness_sum"] >= lost_once["staleness_sum"]
+    # The third from the second's, to the target.
+    assert summary["resumed_from"] == f"{RUN}/checkpoints/ckpt-{lost_twice['env_steps']}.pt"
+    assert summary["stopped_because"] == "target" and summary["mean_return_100"] >= TARGET
+    assert summary["env_steps"] > lost_twice["env_steps"]
+    assert summary["gradient_updates"] > lost_twice["gradients_applied"]
+    assert summary["episodes"] > lost_twice["episodes"]
+    assert summary["train_seconds"] > lost_twice["train_seconds"]
+    assert summary["best_eval_return"] >= (lost_twice.get("eval_return") or 0.0)
+    assert f"run directory: {RUN}" in logs
