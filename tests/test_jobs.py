@@ -12,7 +12,6 @@ import argparse
 import io
 import json
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -30,6 +29,7 @@ import pytest
 from a3c_ray.commands import submit
 from a3c_ray.errors import ConfigError
 from a3c_ray.runtime import jobs
+from a3c_ray.runtime.local_cluster import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_SH = ROOT / "cluster" / "local.sh"
@@ -246,21 +246,6 @@ def test_ctrl_c_stops_following_and_only_a_second_one_stops_the_job(
 
 
 # -- end to end on a local multi-node cluster ---------------------------------------------------
-
-
-def free_port_block(n: int) -> int:
-    """The first of ``n`` consecutive ports free on every interface, outside the ephemeral range
-    and Ray's default worker ports (10002-19999)."""
-    for _ in range(200):
-        base = random.randrange(20000, 32000 - n)
-        try:
-            for port in range(base, base + n):
-                with socket.socket() as s:
-                    s.bind(("", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free ports")
 
 
 def marked_pids(marker: bytes) -> list[int]:

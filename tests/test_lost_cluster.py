@@ -13,7 +13,6 @@ API, as a user or a retrying scheduler would.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,8 @@ from a3c_ray.rundir.checkpoint import load_checkpoint
 from a3c_ray.runtime import jobs
 from a3c_ray.runtime.local_cluster import LocalCluster
 
+from .conftest import moto_s3
+
 pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,31 +40,8 @@ TARGET = 450.0
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A moto S3 server on 127.0.0.1 with one bucket; the variables that reach it."""
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
-    saved = {k: os.environ.get(k) for k in [*env, "A3C_RAY_STAGING"]}
-    os.environ.update(env)
-    os.environ["A3C_RAY_STAGING"] = str(tmp_path_factory.mktemp("staging-here"))
-    s3fs.S3FileSystem.clear_instance_cache()
-    s3fs.S3FileSystem().mkdir(BUCKET)
-    try:
-        yield env
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with moto_s3(BUCKET, tmp_path_factory.mktemp("staging-here")) as env:
+        yield {k: v for k, v in env.items() if k != "A3C_RAY_STAGING"}
 
 
 @pytest.fixture

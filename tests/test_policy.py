@@ -20,6 +20,7 @@ from a3c_ray.errors import CheckpointError
 from a3c_ray.rundir.checkpoint import CheckpointManager, load_checkpoint
 from a3c_ray.rundir.policy import best_checkpoint_name, policy_from_state
 
+from .conftest import moto_s3
 from .policy_checkpoints import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -180,31 +181,8 @@ def test_load_policy_imports_neither_ray_nor_torch_before_it_is_used(tmp_path: P
 @pytest.fixture
 def s3_bucket(tmp_path: Path) -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 with one bucket; the AWS settings point at it."""
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        "A3C_RAY_STAGING": str(tmp_path / "staging"),
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    s3fs.S3FileSystem.clear_instance_cache()
-    s3fs.S3FileSystem().mkdir("policies")
-    try:
+    with moto_s3("policies", tmp_path / "staging"):
         yield "policies"
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_load_policy_reads_a_run_directory_on_s3(s3_bucket: str, tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ and `a3c-ray eval` must read any run directory URI that `a3c-ray train` writes.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from a3c_ray.commands.cli import main
 from a3c_ray.runtime.driver import train
 
-from .conftest import small_config
+from .conftest import moto_s3, small_config
 
 pytestmark = pytest.mark.ray
 
@@ -26,46 +25,22 @@ BUCKET = "a3c-runs"
 @pytest.fixture(scope="module")
 def s3_and_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A moto S3 server on 127.0.0.1, and a Ray whose actors reach it through the environment."""
-    moto_server = pytest.importorskip("moto.server")
-    pytest.importorskip("s3fs")
     import ray
 
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-        "A3C_RAY_STAGING": str(tmp_path_factory.mktemp("staging")),
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
-    s3fs.S3FileSystem().mkdir(BUCKET)
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(
-        num_cpus=4,
-        include_dashboard=False,
-        logging_level="WARNING",
-        _node_ip_address="127.0.0.1",
-        runtime_env={"env_vars": env},
-    )
-    try:
-        yield endpoint
-    finally:
-        ray.shutdown()
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with moto_s3(BUCKET, tmp_path_factory.mktemp("staging")) as env:
+        if ray.is_initialized():
+            ray.shutdown()
+        ray.init(
+            num_cpus=4,
+            include_dashboard=False,
+            logging_level="WARNING",
+            _node_ip_address="127.0.0.1",
+            runtime_env={"env_vars": env},
+        )
+        try:
+            yield env["AWS_ENDPOINT_URL"]
+        finally:
+            ray.shutdown()
 
 
 def test_a_run_on_s3_reports_s3_paths_eval_reads_them_and_resume_auto_continues_it(

@@ -73,21 +73,28 @@ class RunResult:
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """``ray job stop`` sends SIGTERM: treat it as Ctrl-C, so the run checkpoints and exits 130."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
+def _handled(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
+    """``handler`` for ``signals`` while the block runs (in the main thread only: elsewhere
+    signals are left alone)."""
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
+        previous = {s: signal.signal(s, handler) for s in signals}
+    except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
+    """``ray job stop`` sends SIGTERM: treat it as Ctrl-C, so the run checkpoints and exits 130."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return _handled((signal.SIGTERM,), handler)
 
 
 @contextlib.contextmanager
@@ -96,20 +103,8 @@ def interrupts_held() -> Iterator[None]:
     KeyboardInterrupt if one came: an interrupted run then always has the ParameterServer and the
     Monitor that its final checkpoint needs."""
     caught: list[int] = []
-
-    def hold(signum: int, frame: Any) -> None:
-        caught.append(signum)
-
-    try:
-        previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: leave signals alone
+    with _handled((signal.SIGINT, signal.SIGTERM), lambda signum, frame: caught.append(signum)):
         yield
-        return
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
     if caught:
         raise KeyboardInterrupt
 
