@@ -377,3 +377,35 @@ def test_the_time_limit_is_reached_without_a_push_and_training_time_ends_at_the_
     time.sleep(0.3)
     assert ps.progress().train_seconds == pytest.approx(p.train_seconds)
     assert 0.2 <= p.train_seconds < 0.5
+
+
+def test_a_new_call_of_the_server_actor_is_locked_or_named_here() -> None:
+    """Pushes arrive on compiled-graph threads beside ordinary calls, so the actor takes one lock
+    per call. A public method added to either class fails here until it is wrapped with
+    ``_serialized`` in ``ParameterServerShell`` or added below with its reason."""
+    from a3c_ray.runtime.actors import ParameterServerShell
+
+    unlocked = {
+        name
+        for cls in (ParameterServer, ParameterServerShell)
+        for name, value in vars(cls).items()
+        if callable(value)
+        and not name.startswith("_")
+        and not getattr(getattr(ParameterServerShell, name), "serialized", False)
+    }
+    assert unlocked == {
+        # take the lock inside: push_inline is serialized
+        "push",
+        "push_judging",
+        # read what does not change after the actor started
+        "node_id",
+        "restore_info",
+        # helpers of serialized calls and of the constructor, not called remotely
+        "check_compatible",
+        "load_state_dict",
+        "gradients_dropped",
+        "mean_return_100",
+        "target_reached",
+        "train_seconds",
+        "weights",
+    }

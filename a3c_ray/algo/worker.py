@@ -144,18 +144,18 @@ class Worker:
         _, last_values, _ = self._act(self.obs, self.state, self.reset_next)
         self.env_steps += t_max * k
         return Rollout(
-            obs_buf,
-            actions,
-            rewards,
-            terminated,
-            truncated,
-            values,
-            final_values,
-            last_values.numpy(),
-            resets,
-            initial_state,
-            ep_returns,
-            ep_lengths,
+            obs=obs_buf,
+            actions=actions,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            values=values,
+            final_values=final_values,
+            last_values=last_values.numpy(),
+            resets=resets,
+            initial_state=initial_state,
+            episode_returns=ep_returns,
+            episode_lengths=ep_lengths,
         )
 
     def _final_values(self, info: dict[str, Any], truncated: np.ndarray) -> np.ndarray:

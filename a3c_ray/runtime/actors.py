@@ -46,6 +46,7 @@ def _serialized(method: Callable[..., Any]) -> Callable[..., Any]:
         with self._lock:
             return method(self, *args, **kwargs)
 
+    call.serialized = True  # type: ignore[attr-defined]
     return call
 
 
@@ -154,26 +155,22 @@ class ParameterServerShell(ParameterServer):
             reply = reply._replace(weights=self._ref[1])
         return reply
 
+    # The state the ordinary calls read or change, serialized with the pushes as well.
+    get_weights = _serialized(ParameterServer.get_weights)
+    progress = _serialized(ParameterServer.progress)
+    drain_stats = _serialized(ParameterServer.drain_stats)
+    state_dict = _serialized(ParameterServer.state_dict)
+    set_workers = _serialized(ParameterServer.set_workers)
+    retire = _serialized(ParameterServer.retire)
+    request_stop = _serialized(ParameterServer.request_stop)
+    evaluation_reached = _serialized(ParameterServer.evaluation_reached)
+    note_worker_restarts = _serialized(ParameterServer.note_worker_restarts)
+
     def push_judging(self, p: GradientPush) -> tuple[bool, PushReply]:
         """The coordinator's push whose verdict on staleness the other shards wait for: called
         with two returns, so that they receive the verdict alone, not the weights."""
         reply = self.push(p)
         return reply.stale, reply
-
-
-# The state the ordinary calls read or change, serialized with the pushes as well.
-for _name in (
-    "get_weights",
-    "progress",
-    "drain_stats",
-    "state_dict",
-    "set_workers",
-    "retire",
-    "request_stop",
-    "note_worker_restarts",
-    "evaluation_reached",
-):
-    setattr(ParameterServerShell, _name, _serialized(getattr(ParameterServer, _name)))
 
 
 class ShardedServer:
