@@ -37,7 +37,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -352,15 +352,21 @@ class Soak:
         slot = self.rng.randrange(self.workers)
         handle = ray.get_actor(f"{self.run_id}/Worker-{slot}", namespace=NAMESPACE)
         assert self.last is not None
+        # The slot's steps read now, not at the last poll (a Worker pushes many times in one),
+        # and the dying Worker's push in flight may still land: its replacement's is the next.
+        try:
+            now = cast(Progress, ray.get(self.ps.progress.remote(), timeout=POLL_SECONDS))
+            steps, restarts = int(now.worker_steps.get(slot, 0)), now.ps_restarts
+        except ray.exceptions.RayError:
+            steps, restarts = self._slot_steps(slot), self.last.ps_restarts
+        ray.kill(handle, no_restart=False)
         self._fault(
             "worker",
             f"Worker-{slot}",
             slot=slot,
-            # The dying Worker's push in flight may still land: its replacement's is the next.
-            baseline=self._slot_steps(slot) + self.push_steps,
-            ps_restarts=self.last.ps_restarts,
+            baseline=steps + self.push_steps,
+            ps_restarts=restarts,
         )
-        ray.kill(handle, no_restart=False)
 
     def _kill_ps(self) -> None:
         shard = self.rng.randrange(self.shards)
