@@ -192,7 +192,9 @@ def training(run_dir: Path) -> bool:
 def test_ctrl_c_ends_the_run_within_the_grace_and_keeps_a_checkpoint_and_summary(
     tmp_path: Path, state: str, sets: dict[str, object], cpus: int, when: object
 ) -> None:
-    grace = 5.0
+    # A run that stops at its time limit waits this long for its stuck Workers: Ctrl-C then
+    # comes inside that wait however slow the machine is to write the first checkpoint.
+    grace = 30.0 if "stopping" in state else 5.0
     cfg = small_config(
         tmp_path / "run",
         run__max_steps=10**9,
@@ -233,3 +235,19 @@ def test_ctrl_c_ends_the_run_within_the_grace_and_keeps_a_checkpoint_and_summary
     assert summary["stopped_because"] == expected, summary
     final = load_checkpoint(run_dir / layout.CHECKPOINTS / "latest")
     assert final["env_steps"] == summary["env_steps"], summary
+
+
+def test_interrupts_held_while_a_run_ends_are_reported_not_raised() -> None:
+    from a3c_ray.runtime.driver import interrupts_held
+
+    before = signal.getsignal(signal.SIGINT)
+    with interrupts_held("the test's block ends", raise_after=False) as held:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)  # the handlers run between bytecodes of the main thread
+    assert held == [signal.SIGINT, signal.SIGTERM]
+    assert signal.getsignal(signal.SIGINT) is before
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held("the test's block ends"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)

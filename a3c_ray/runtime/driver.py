@@ -98,14 +98,25 @@ def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
 
 
 @contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM for the moment the run's actors are created, then raise
-    KeyboardInterrupt if one came: an interrupted run then always has the ParameterServer and the
-    Monitor that its final checkpoint needs."""
+def interrupts_held(while_: str, raise_after: bool = True) -> Iterator[list[int]]:
+    """Hold Ctrl-C and SIGTERM while the block runs; yield the signals that came.
+
+    With ``raise_after``, raise KeyboardInterrupt after the block if one came: the run's actors
+    are created under it, so an interrupted run always has the ParameterServer and the Monitor
+    that its final checkpoint needs. Without, the caller reads what came: a run's ending (the
+    grace, the final checkpoint, the summary and the shutdown) is held whole, so that a run never
+    ends without its summary or leaves its actors behind.
+    """
     caught: list[int] = []
-    with _handled((signal.SIGINT, signal.SIGTERM), lambda signum, frame: caught.append(signum)):
-        yield
-    if caught:
+
+    def hold(signum: int, frame: Any) -> None:
+        if not caught:
+            log.warning("a3c-ray: %s held until %s", signal.Signals(signum).name, while_)
+        caught.append(signum)
+
+    with _handled((signal.SIGINT, signal.SIGTERM), hold):
+        yield caught
+    if caught and raise_after:
         raise KeyboardInterrupt
 
 
@@ -502,27 +513,31 @@ def train(
         t0 = time.monotonic()
         with sigterm_as_interrupt():
             try:
-                with interrupts_held():
+                with interrupts_held("the run's actors are created"):
                     run = Run(cfg, storage, cfg.run.workers)
                     run.create_actors()
                 run.start()
                 run.watch(bar)
             except KeyboardInterrupt:
                 interrupted = True
-                if run is not None:
-                    run.interrupt()
+        with interrupts_held("the run's final checkpoint is written", raise_after=False) as held:
+            if interrupted and run is not None:
+                run.interrupt()
             bar.close()
             if run is not None:
                 summary = run.finish(t0, evaluate=not interrupted)
             else:
                 summary = RunSummary(**summary, stopped_because=ps_mod.STOP_INTERRUPTED, errors=[])
             write_file(storage, layout.SUMMARY, summary_json(summary))
+        interrupted = interrupted or bool(held)
     finally:
-        bar.close()
-        if run is not None:
-            run.shutdown()
-        if started:
-            ray.shutdown()
+        with interrupts_held("the run's actors and Ray are shut down", raise_after=False) as held:
+            bar.close()
+            if run is not None:
+                run.shutdown()
+            if started:
+                ray.shutdown()
+        interrupted = interrupted or bool(held)
     errors: list[str] = list(summary.get("errors", []))
     if interrupted:
         code = EXIT_INTERRUPTED
