@@ -63,5 +63,5 @@ clean:
 
 # docs/configuration.md's table of fields is generated from the dataclasses' docstrings.
 docs: venv
-	$(BIN)/python -c "import pathlib, a3c_ray.config_docs as c; p = pathlib.Path('docs/configuration.md'); \
+	$(BIN)/python -c "import pathlib, a3c_ray.config.docs as c; p = pathlib.Path('docs/configuration.md'); \
 	head = p.read_text().split('## Every field')[0]; p.write_text(head + '## Every field\n\n' + c.markdown_table())"

@@ -247,7 +247,6 @@ def test_interrupts_held_while_a_run_ends_are_reported_not_raised() -> None:
         time.sleep(0.1)  # the handlers run between bytecodes of the main thread
     assert held == [signal.SIGINT, signal.SIGTERM]
     assert signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts_held("the test's block ends"):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.1)
+    with pytest.raises(KeyboardInterrupt), interrupts_held("the test's block ends"):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)

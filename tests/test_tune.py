@@ -13,8 +13,8 @@ import yaml
 
 from a3c_ray.commands.cli import main
 from a3c_ray.config import Config
+from a3c_ray.config.space import Sampler, parse, samplers, space_problems
 from a3c_ray.errors import ConfigError
-from a3c_ray.search_space import Sampler, parse, samplers, space_problems
 
 pytest.importorskip("ray.tune", reason="a3c-ray tune needs the tune extra")
 

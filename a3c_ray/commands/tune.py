@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from a3c_ray.config import Config
+from a3c_ray.config import METRICS, SCHEDULERS, Config
+from a3c_ray.config.space import samplers
 from a3c_ray.configs import resolve as resolve_config
 from a3c_ray.errors import EXIT_FAILURE, ConfigError, install_hint, one_line
 from a3c_ray.rundir.summary import read_summary
-from a3c_ray.search_space import METRICS, SCHEDULERS, samplers
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -31,6 +31,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTra
 from a3c_ray.algo import choices
 from a3c_ray.algo import parameter_server as ps_mod
 from a3c_ray.config import Config
+from a3c_ray.config.space import Sampler, samplers
 from a3c_ray.envs.make import env_problems, resolve_policy
 from a3c_ray.errors import ConfigError, one_line
 from a3c_ray.rundir import layout
@@ -41,7 +42,6 @@ from a3c_ray.rundir.summary import RunSummary, summary_json
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.driver import Run, write_file
 from a3c_ray.runtime.placement import group_bundles
-from a3c_ray.search_space import Sampler, samplers
 
 log = logging.getLogger("a3c_ray")
 EXPERIMENT = "search"  # Tune's experiment folder under OUT

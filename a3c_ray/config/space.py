@@ -1,4 +1,4 @@
-"""The ``tune`` section: its settings, and ``tune.space``'s sampler expressions such as
+"""``tune.space``'s sampler expressions such as
 ``loguniform(1e-4, 1e-2)``, parsed into ``Sampler`` values and checked against the config fields
 they set, without importing Ray.
 
@@ -11,15 +11,11 @@ import ast
 import copy
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from a3c_ray.config.fields import Config
 from a3c_ray.errors import ConfigError
 
-if TYPE_CHECKING:
-    from a3c_ray.config import Config
-
-METRICS = ("mean_return_100", "eval_return")
-SCHEDULERS = ("fifo", "asha", "pbt")
 # Sampler name -> (the number of arguments, what they are).
 SAMPLERS: dict[str, tuple[int, str]] = {
     "uniform": (2, "low, high"),
@@ -187,26 +183,3 @@ def space_problems(cfg: Config) -> list[str]:
                 problems.append(f"{where}: {expr}: {bad[0]}")
                 break
     return problems
-
-
-def tune_problems(cfg: Config) -> list[str]:
-    """The ``tune`` section's settings; its space is checked by ``a3c_ray.search_space``."""
-    t, p = cfg.tune, []
-    if t.num_samples < 1:
-        p.append(f"tune.num_samples: must be >= 1, got {t.num_samples}")
-    if t.scheduler not in SCHEDULERS:
-        p.append(f"tune.scheduler: must be one of {', '.join(SCHEDULERS)}, got {t.scheduler!r}")
-    if t.metric not in METRICS:
-        p.append(f"tune.metric: must be one of {', '.join(METRICS)}, got {t.metric!r}")
-    if not t.report_every > 0:
-        p.append(f"tune.report_every: must be > 0 seconds, got {t.report_every}")
-    for name in ("grace_steps", "perturbation_steps"):
-        if getattr(t, name) < 1:
-            p.append(f"tune.{name}: must be >= 1, got {getattr(t, name)}")
-    if t.reduction_factor < 2:
-        p.append(f"tune.reduction_factor: must be >= 2, got {t.reduction_factor}")
-    if not 0 < t.quantile_fraction <= 0.5:
-        p.append(f"tune.quantile_fraction: must be in (0, 0.5], got {t.quantile_fraction}")
-    if t.max_concurrent_trials is not None and t.max_concurrent_trials < 1:
-        p.append(f"tune.max_concurrent_trials: must be >= 1 or null, got {t.max_concurrent_trials}")
-    return p

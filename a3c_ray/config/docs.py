@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from a3c_ray import config
-from a3c_ray.config import Config
-from a3c_ray.config_values import type_name
+from a3c_ray.config import fields as config
+from a3c_ray.config.fields import Config
+from a3c_ray.config.values import type_name
 
 
 def field_docs() -> list[tuple[str, str, Any, str]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from a3c_ray.config_values import (
+from a3c_ray.config.values import (
     admits_none,
     admits_str,
     coerce,
@@ -25,7 +25,6 @@ from a3c_ray.config_values import (
     type_name,
 )
 from a3c_ray.errors import ConfigError
-from a3c_ray.search_space import tune_problems
 
 LOG_STD_BOUNDS = (-5.0, 2.0)
 """The Gaussian policy's log standard deviation is held within these (std 0.0067 to 7.4 in the
@@ -182,6 +181,10 @@ class PSConfig:
     channels, no per-call scheduling) instead of an actor call; each costs the shard a thread
     that polls its channel all the time. The others, and Workers on other nodes, push by actor
     calls. 0: actor calls only."""
+
+
+METRICS = ("mean_return_100", "eval_return")
+SCHEDULERS = ("fifo", "asha", "pbt")
 
 
 @dataclass
@@ -457,3 +460,26 @@ SAVED_BEFORE: dict[str, tuple[Callable[[Config], bool], Any]] = {
 }
 """Fields added later whose default changed how a run acts: for a run saved without one (and
 where it applies), the value that keeps it acting as it did."""
+
+
+def tune_problems(cfg: Config) -> list[str]:
+    """The ``tune`` section's settings; its space is checked by ``a3c_ray.config.space``."""
+    t, p = cfg.tune, []
+    if t.num_samples < 1:
+        p.append(f"tune.num_samples: must be >= 1, got {t.num_samples}")
+    if t.scheduler not in SCHEDULERS:
+        p.append(f"tune.scheduler: must be one of {', '.join(SCHEDULERS)}, got {t.scheduler!r}")
+    if t.metric not in METRICS:
+        p.append(f"tune.metric: must be one of {', '.join(METRICS)}, got {t.metric!r}")
+    if not t.report_every > 0:
+        p.append(f"tune.report_every: must be > 0 seconds, got {t.report_every}")
+    for name in ("grace_steps", "perturbation_steps"):
+        if getattr(t, name) < 1:
+            p.append(f"tune.{name}: must be >= 1, got {getattr(t, name)}")
+    if t.reduction_factor < 2:
+        p.append(f"tune.reduction_factor: must be >= 2, got {t.reduction_factor}")
+    if not 0 < t.quantile_fraction <= 0.5:
+        p.append(f"tune.quantile_fraction: must be in (0, 0.5], got {t.quantile_fraction}")
+    if t.max_concurrent_trials is not None and t.max_concurrent_trials < 1:
+        p.append(f"tune.max_concurrent_trials: must be >= 1 or null, got {t.max_concurrent_trials}")
+    return p
