@@ -360,12 +360,12 @@ def test_config_names_resolve_to_shipped_files_and_paths_pass_through(tmp_path: 
 
 
 def test_bench_figures_measure_the_emulator_the_env_and_the_costs(tmp_path: Path) -> None:
-    from a3c_ray.runtime import atari_bench
+    from a3c_ray.bench import atari
 
-    assert atari_bench.raw_ale_fps(PONG, frames=2_000) > 0
-    cfg = atari_bench.bench_config(PONG, 2, 10.0, False, 2, tmp_path)
-    assert atari_bench.env_fps(cfg.env, steps=200) > 0
-    c = atari_bench.costs(cfg, seconds=0.2)
+    assert atari.raw_ale_fps(PONG, frames=2_000) > 0
+    cfg = atari.bench_config(PONG, 2, 10.0, False, 2, tmp_path)
+    assert atari.env_fps(cfg.env, steps=200) > 0
+    c = atari.costs(cfg, seconds=0.2)
     assert c.steps_per_push == cfg.algo.t_max * 2 == 10
     assert c.worker_ms_per_step > 0 and c.ps_ms_per_push > 0
     assert c.ps_bound_fps == pytest.approx(4 * 10 * 1000 / c.ps_ms_per_push)

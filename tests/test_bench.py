@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from a3c_ray.algo.messages import Progress, WorkerResult
+from a3c_ray.bench import ps_server as pm
+from a3c_ray.bench import throughput as bm
+from a3c_ray.bench.plot import episode_seconds, moving_mean
 from a3c_ray.commands import bench, bench_stability
-from a3c_ray.commands.bench_plot import episode_seconds, moving_mean
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError
-from a3c_ray.runtime import bench_measure as bm
-from a3c_ray.runtime import ps_measure as pm
 
 TINY = ["--workers", "1", "--envs-per-worker", "2", "--seconds", "1.5"]
 TINY += ["--raw-seconds", "0.5", "--ps-seconds", "0.5", "--in-flight", "4"]
@@ -360,7 +360,7 @@ def test_raw_limit_in_parallel_runs_one_loop_per_process_at_once() -> None:
 
 
 def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:
-    from a3c_ray.commands.bench_report import _parallel_line
+    from a3c_ray.bench.report import _parallel_line
 
     assert _parallel_line({"env_steps_per_second": 100.0}) == []
     (line,) = _parallel_line(
@@ -377,7 +377,7 @@ def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:
 
 # -- stability (--seeds) ------------------------------------------------------------------------
 def test_seed_result_reads_first_target_lowest_after_it_and_final() -> None:
-    from a3c_ray.commands.stability_score import seed_result
+    from a3c_ray.bench.stability_score import seed_result
 
     means = np.array([10.0] * 99 + [300, 460, 470, 320, 480, 455])
     steps = np.arange(len(means)) * 100.0
@@ -400,7 +400,7 @@ def test_seed_result_reads_first_target_lowest_after_it_and_final() -> None:
 
 
 def test_seed_result_needs_a_full_window_of_100_episodes() -> None:
-    from a3c_ray.commands.stability_score import seed_result
+    from a3c_ray.bench.stability_score import seed_result
 
     means = np.array([500.0] * 99)  # 99 perfect episodes: not yet a mean of the last 100
     r = seed_result(0, np.arange(99.0), np.arange(99.0), means, 450, 300, 99, 1.0)
@@ -409,8 +409,8 @@ def test_seed_result_needs_a_full_window_of_100_episodes() -> None:
 
 
 def test_stability_summary_counts_and_medians() -> None:
-    from a3c_ray.commands.bench_report import format_stability
-    from a3c_ray.commands.stability_score import SeedResult, summarize
+    from a3c_ray.bench.report import format_stability
+    from a3c_ray.bench.stability_score import SeedResult, summarize
 
     runs = [
         SeedResult(0, 500, 10.0, 80_000, 15.0, 500.0, 420.0, True, True),

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from a3c_ray.bench import serving
 from a3c_ray.commands import bench, bench_serve
 from a3c_ray.commands.cli import main
-from a3c_ray.runtime import serve_measure
 
 from .conftest import free_port
 
@@ -73,7 +73,7 @@ def http_server() -> Iterator[tuple[str, dict[str, int]]]:
 
 def test_the_load_stops_at_its_request_bound(http_server: tuple[str, dict[str, int]]) -> None:
     base, calls = http_server
-    latencies, errors, _ = asyncio.run(serve_measure._load(f"{base}/ok", b"{}", {}, 4, 30.0, 50))
+    latencies, errors, _ = asyncio.run(serving._load(f"{base}/ok", b"{}", {}, 4, 30.0, 50))
     assert len(latencies) + errors <= 50 + 4  # each client finishes the request it has started
     assert len(latencies) >= 50 and errors == 0 and calls["ok"] == len(latencies)
 
@@ -83,9 +83,7 @@ def test_the_load_stops_at_its_time_bound_and_counts_failures(
 ) -> None:
     base, calls = http_server
     start = time.monotonic()
-    latencies, errors, wall = asyncio.run(
-        serve_measure._load(f"{base}/fail", b"{}", {}, 2, 0.5, 10**9)
-    )
+    latencies, errors, wall = asyncio.run(serving._load(f"{base}/fail", b"{}", {}, 2, 0.5, 10**9))
     assert time.monotonic() - start < 10 and wall >= 0.5
     assert not latencies and errors == calls["fail"] > 0
 

@@ -180,8 +180,8 @@ def test_defaults_learn_cartpole_and_keep_it_for_300k_steps(
     defaults keep what they learn instead of collapsing after the first solve (the failure this
     guards against ended near 9, a policy that pushes one way). Over 26 runs on Ray
     (docs/benchmarks.md) the mean at 300k was 450 or more in 25 and 447 in the other."""
-    from a3c_ray.commands.bench_plot import load_curve
-    from a3c_ray.commands.stability_score import seed_result
+    from a3c_ray.bench.plot import load_curve
+    from a3c_ray.bench.stability_score import seed_result
 
     cfg = Config()
     cfg.run.run_dir = str(tmp_path / "cp")

@@ -1,6 +1,6 @@
 """``a3c-ray bench``: how fast a3c-ray trains on this machine, against this machine's own limit.
 
-In one run it measures (see ``bench_measure``):
+In one run it measures (see ``a3c_ray.bench.throughput``):
 
 1. the raw limit: one process stepping K vector envs with the same policy's batched forward pass
    and action sampling, no learning, per core;
@@ -9,7 +9,7 @@ In one run it measures (see ``bench_measure``):
    Worker's time in env, forward, backward and waiting on Ray), for each N of ``--scaling``;
 
 and prints the ratio of (3) to (1) x N, and a model of where throughput stops growing with N.
-``--plot-runs`` instead draws the learning curves of finished training runs (``bench_plot``), and
+``--plot-runs`` instead draws the learning curves of finished training runs (``a3c_ray.bench.plot``), and
 ``--seeds`` measures learning and keeping it over seeds (``bench_stability``), and ``--ps-scale``
 the ParameterServer alone under synthetic clients (``bench_ps``), and ``--serve`` a served policy
 under HTTP clients (``bench_serve``), and ``--chaos`` a run that loses actors and nodes all the
@@ -27,16 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from a3c_ray.algo import choices
+from a3c_ray.bench import ps_server as pm
+from a3c_ray.bench import throughput as bm
+from a3c_ray.bench.report import format_profile, format_report
 from a3c_ray.commands import bench_chaos, bench_ps, bench_serve
 from a3c_ray.commands import bench_stability as bs
-from a3c_ray.commands.bench_report import format_profile, format_report
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
-from a3c_ray.runtime import bench_measure as bm
 from a3c_ray.runtime import cluster
-from a3c_ray.runtime import ps_measure as pm
 
 
 def _counts(text: str) -> list[int]:
@@ -300,8 +300,8 @@ def profile(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def raw_ale_fps(cfg: Config, seconds: float) -> float:
-    """Frames/s of one bare emulator (``atari_bench.raw_ale_fps``), for roughly ``seconds``."""
-    from a3c_ray.runtime.atari_bench import raw_ale_fps as bare
+    """Frames/s of one bare emulator (``a3c_ray.bench.atari.raw_ale_fps``), for roughly ``seconds``."""
+    from a3c_ray.bench.atari import raw_ale_fps as bare
 
     probe = bare(cfg.env.id, frames=2_000, seed=cfg.run.seed)
     return bare(cfg.env.id, frames=max(2_000, int(probe * seconds)), seed=cfg.run.seed)
@@ -372,7 +372,7 @@ def machine() -> dict[str, Any]:
 def plot(args: argparse.Namespace) -> int:
     """``--plot-runs``: learning curves of finished runs; ``--levels``: one run against frames and
     hours, with its evaluations and when it first reached each level."""
-    from a3c_ray.commands import bench_plot as bp
+    from a3c_ray.bench import plot as bp
 
     if not args.levels:
         for path in bp.plot_runs(args.plot_runs, args.out):

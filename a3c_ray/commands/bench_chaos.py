@@ -1,4 +1,4 @@
-"""``a3c-ray bench --chaos``: the chaos soak (``runtime.chaos``), its flags, its files and its table.
+"""``a3c-ray bench --chaos``: the chaos soak (``a3c_ray.bench.chaos``), its flags, its files and its table.
 
 It trains the config under test as a Ray job on a cluster of ``cluster/local.sh`` that it starts
 and stops itself, for ``--chaos-seconds`` of training, while it kills Workers, the
@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from a3c_ray.commands import chaos_report
+from a3c_ray.bench import chaos_report
 from a3c_ray.config import Config
 from a3c_ray.errors import EXIT_FAILURE, EXIT_OK, ConfigError
 
@@ -110,7 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_of(args: argparse.Namespace, seed: int = 0) -> Any:
     """The soak's schedule from the flags; every problem at once as a ConfigError."""
-    from a3c_ray.runtime.chaos import ChaosPlan
+    from a3c_ray.bench.chaos import ChaosPlan
 
     seconds = args.chaos_seconds
     problems = [
@@ -167,9 +167,9 @@ def train_config(cfg: Config, run_dir: Path, workers: int, seconds: float) -> Co
 
 
 def run(cfg: Config, args: argparse.Namespace) -> int:
+    from a3c_ray.bench import chaos
     from a3c_ray.commands.bench_stability import stability_target
     from a3c_ray.commands.submit import build_entrypoint, build_runtime_env
-    from a3c_ray.runtime import chaos
     from a3c_ray.runtime.local_cluster import SCRIPT
 
     plan = plan_of(args, cfg.run.seed)

@@ -24,10 +24,10 @@ import statistics
 from typing import Any
 
 from a3c_ray.algo.wire import WIRE_DTYPES
+from a3c_ray.bench import ps_server as pm
+from a3c_ray.bench import throughput as bm
 from a3c_ray.config import Config
-from a3c_ray.runtime import bench_measure as bm
 from a3c_ray.runtime import cluster
-from a3c_ray.runtime import ps_measure as pm
 
 IN_FLIGHT = [1, 8, 32, 128]
 BEST_KEYS = ("transport", "shards", "wire_dtype", "in_flight")

@@ -1,4 +1,4 @@
-"""``a3c-ray bench --serve``: the serving load test (``runtime.serve_measure``), its flags and its
+"""``a3c-ray bench --serve``: the serving load test (``a3c_ray.bench.serving``), its flags and its
 table. docs/serving.md holds the figures of this machine."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ GOALS = (
 
 
 def _names(text: str) -> list[str]:
-    from a3c_ray.runtime.serve_measure import MODELS
+    from a3c_ray.bench.serving import MODELS
 
     names = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [n for n in names if n not in MODELS]
@@ -116,9 +116,9 @@ def run(args: argparse.Namespace) -> int:
         )
     if problems:
         raise ConfigError(problems)
-    from a3c_ray.runtime import serve_measure
+    from a3c_ray.bench import serving
 
-    report = serve_measure.measure(
+    report = serving.measure(
         args.serve_models,
         args.serve_clients,
         args.serve_ingress,

@@ -19,8 +19,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from a3c_ray.commands.bench_report import format_seed_row, format_stability
-from a3c_ray.commands.stability_score import (
+from a3c_ray.bench.report import format_seed_row, format_stability
+from a3c_ray.bench.stability_score import (
     SeedResult,
     read_run,
     result_of,

@@ -2,7 +2,7 @@
 
 - ``raw_limit``: one process stepping K vector envs with the policy's batched forward pass and
   action sampling, no learning: the most env steps per second one core can give a Worker.
-- the ParameterServer alone: ``a3c_ray.runtime.ps_measure``.
+- the ParameterServer alone: ``a3c_ray.bench.ps_server``.
 - ``train_throughput``: a3c-ray training as ``a3c-ray train`` runs it (the driver's ``Run``: the
   ParameterServer, the Monitor and N Workers), measured over a window after a warm-up.
 """

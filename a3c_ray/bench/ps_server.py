@@ -18,11 +18,11 @@ from a3c_ray.algo import wire
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.algo.shards import ShardRouter
+from a3c_ray.bench.throughput import bench_config, model_size
 from a3c_ray.config import Config, PSConfig
 from a3c_ray.envs.make import action_size, env_spaces
 from a3c_ray.rundir import layout
 from a3c_ray.runtime import actors, placement
-from a3c_ray.runtime.bench_measure import bench_config, model_size
 from a3c_ray.runtime.graphs import GRAPH_THREADS, compile_push
 
 

@@ -106,7 +106,7 @@ class FinishedRun:
 
 def read_run(run_dir: Path) -> FinishedRun:
     """A finished run's seed, summary and per-episode means (from its TensorBoard episodes)."""
-    from a3c_ray.commands.bench_plot import load_curve
+    from a3c_ray.bench.plot import load_curve
 
     try:
         summary = read_summary(run_dir)

@@ -222,11 +222,11 @@ def measure(
 
 
 def main() -> None:
-    """``python -m a3c_ray.runtime.atari_bench [--workers N] [--seconds S] ...``: one JSON line of figures."""
+    """``python -m a3c_ray.bench.atari [--workers N] [--seconds S] ...``: one JSON line of figures."""
     import argparse
     import json
 
-    p = argparse.ArgumentParser(prog="python -m a3c_ray.runtime.atari_bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m a3c_ray.bench.atari", description=__doc__)
     p.add_argument("--env", default="ALE/Pong-v5")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seconds", type=float, default=60.0, help="of training on Ray")
