@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from a3c_ray.algo.messages import Progress, WorkerResult
+from a3c_ray.bench import measure as bench_measure
 from a3c_ray.bench import ps_server as pm
 from a3c_ray.bench import throughput as bm
 from a3c_ray.bench.plot import episode_seconds, moving_mean
@@ -84,12 +85,12 @@ def test_worker_split_fractions_cover_the_workers_time(total: float | None) -> N
 
 
 def test_bend_model_takes_the_least_of_workers_ps_and_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(bench_measure.os, "cpu_count", lambda: 2)
     cfg = Config()
     cfg.env.num_envs, cfg.algo.t_max = 8, 5
     worker = {"pushes_per_second": 100.0, "busy_seconds_per_push": 0.004}
     training = [{"workers": 1, "per_worker": [worker]}, {"workers": 2, "per_worker": [worker] * 2}]
-    m = bench.bend_model(training, ps_limit=1000.0, cfg=cfg)
+    m = bench_measure.bend_model(training, ps_limit=1000.0, cfg=cfg)
     cpu_limit = 2 / (0.004 + 0.001)  # 400 pushes/s
     assert m["ps_bound_workers"] == pytest.approx(10.0)
     assert m["cpu_bound_pushes_per_second"] == pytest.approx(cpu_limit)
@@ -105,8 +106,8 @@ def test_median_run_is_one_whole_run() -> None:
         {"x": 2.0, "id": "c"},
         {"x": 9.0, "id": "d"},
     ]
-    assert bench.median_run(runs[:3], "x")["id"] == "c"
-    assert bench.median_run(runs, "x")["id"] == "c"  # the lower median of an even count
+    assert bench_measure.median_run(runs[:3], "x")["id"] == "c"
+    assert bench_measure.median_run(runs, "x")["id"] == "c"  # the lower median of an even count
 
 
 def test_bad_input_is_reported_all_at_once() -> None:

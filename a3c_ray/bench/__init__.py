@@ -1,6 +1,8 @@
 """What ``a3c-ray bench`` measures, between the commands and the runtime.
 
-- ``throughput``: env steps/s of real runs on Ray, and where a Worker's time goes (``--profile``);
+- ``measure``: one measure of a config (the raw limit, the ParameterServer, training runs), as
+  medians of repeats, or where an agent step's time goes (``--profile``);
+- ``throughput``: env steps/s of real runs on Ray, and a Worker's time split;
 - ``ps_server``: the ParameterServer alone, its shards and the wire (``--ps-scale``);
 - ``atari``: the emulator, the preprocessing and the networks of an Atari Worker, each alone;
 - ``serving``: the Serve application under HTTP clients (``--serve``);

@@ -21,13 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
 from pathlib import Path
-from typing import Any
 
 from a3c_ray.algo import choices
-from a3c_ray.bench import ps_server as pm
+from a3c_ray.bench import measure as bench_measure
 from a3c_ray.bench import throughput as bm
 from a3c_ray.bench.report import format_profile, format_report
 from a3c_ray.commands import bench_chaos, bench_ps, bench_serve
@@ -36,7 +33,6 @@ from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
-from a3c_ray.runtime import cluster
 
 
 def _counts(text: str) -> list[int]:
@@ -180,193 +176,16 @@ def bench_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def measure(cfg: Config, counts: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    """Every measurement, ``args.repeat`` times, in one Ray session; medians and every run."""
-    load_before = os.getloadavg()[0]
-    raws: list[dict[str, float]] = []
-    # One raw loop per Worker at once, up to one per CPU: what the cores give together.
-    processes = min(max(counts), os.cpu_count() or 1)
-    parallel: list[dict[str, Any]] = []
-    ale: list[float] = []
-    ps_runs: list[dict[str, Any]] = []
-    trains: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
-    with cluster.session(cfg, max(counts), args.address, args.dashboard_port):
-        for _ in range(args.repeat):
-            raws.append(bm.raw_limit(cfg, args.raw_seconds))
-            if processes > 1:
-                parallel.append(bm.raw_limit_parallel(cfg, args.raw_seconds, processes))
-            if bm.frames_per_step(cfg) > 1:
-                ale.append(raw_ale_fps(cfg, args.raw_seconds))
-            ps_runs.append(
-                {
-                    "in_process": pm.ps_in_process(cfg, args.ps_seconds),
-                    "actor": pm.ps_actor(cfg, args.ps_seconds, args.in_flight),
-                }
-            )
-            for n in counts:
-                trains[n].append(bm.train_throughput(cfg, n, args.seconds))
-    raw = median_run(raws, "env_steps_per_second")
-    training = []
-    for n in counts:
-        t = median_run(trains[n], "env_steps_per_second")
-        t["ratio"] = t["env_steps_per_second"] / (raw["env_steps_per_second"] * n)
-        t["ratio_cpu"] = t["env_steps_per_second"] / (raw["env_steps_per_cpu_second"] * n)
-        if ale:
-            fps = t["env_steps_per_second"] * bm.frames_per_step(cfg)
-            t["ale_ratio"] = fps / (_median(ale) * n)
-        t["runs"] = [r["env_steps_per_second"] for r in trains[n]]
-        training.append(t)
-    ps = {
-        "params": bm.model_size(cfg),
-        "in_process_applications_per_second": _median(
-            [r["in_process"]["applications_per_second"] for r in ps_runs]
-        ),
-        "actor_round_trips_per_second": _median(
-            [r["actor"]["round_trips_per_second"] for r in ps_runs]
-        ),
-        "actor_applications_per_second": _median(
-            [r["actor"]["applications_per_second"] for r in ps_runs]
-        ),
-        "in_flight": args.in_flight,
-        "shards": cfg.ps.shards,
-        "wire_dtype": cfg.ps.wire_dtype,
-    }
-    main = next(t for t in training if t["workers"] == cfg.run.workers)
-    return {
-        "machine": {
-            **machine(),
-            "loadavg_before": load_before,
-            "loadavg_after": os.getloadavg()[0],
-        },
-        "settings": {
-            "env": cfg.env.id,
-            "envs_per_worker": cfg.env.num_envs,
-            "t_max": cfg.algo.t_max,
-            "steps_per_push": cfg.env.num_envs * cfg.algo.t_max,
-            "frames_per_step": bm.frames_per_step(cfg),
-            "workers": cfg.run.workers,
-            "seconds": args.seconds,
-            "warmup_seconds": bm.WARMUP_SECONDS,
-            "repeat": args.repeat,
-        },
-        "raw": {
-            **raw,
-            "runs": [r["env_steps_per_second"] for r in raws],
-            **({"ale_frames_per_second": _median(ale)} if ale else {}),
-            **({"parallel": median_run(parallel, "env_steps_per_second")} if parallel else {}),
-        },
-        "ps": ps,
-        "training": training,
-        "ratio": main["ratio"],
-        "model": bend_model(training, ps["actor_applications_per_second"], cfg),
-    }
-
-
-def profile(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
-    """Where an agent step's time goes, ``args.repeat`` times (the median run by env steps/s)."""
-    load_before = os.getloadavg()[0]
-    runs = []
-    with cluster.session(cfg, cfg.run.workers or 1, args.address, args.dashboard_port):
-        for _ in range(args.repeat):
-            runs.append(bm.train_throughput(cfg, cfg.run.workers or 1, args.seconds))
-        ps = pm.ps_in_process(cfg, args.ps_seconds)
-    run = median_run(runs, "env_steps_per_second")
-    steps_per_push = cfg.env.num_envs * cfg.algo.t_max
-    return {
-        "machine": {
-            **machine(),
-            "loadavg_before": load_before,
-            "loadavg_after": os.getloadavg()[0],
-        },
-        "settings": {
-            "env": cfg.env.id,
-            "model": cfg.model.kind,
-            "lstm": cfg.model.lstm,
-            "screen_size": cfg.env.screen_size,
-            "max_pool": cfg.env.max_pool,
-            "envs_per_worker": cfg.env.num_envs,
-            "t_max": cfg.algo.t_max,
-            "workers": cfg.run.workers,
-            "seconds": args.seconds,
-            "repeat": args.repeat,
-        },
-        "env_steps_per_second": run["env_steps_per_second"],
-        "runs": [r["env_steps_per_second"] for r in runs],
-        "per_worker": run["per_worker"],
-        "ps_us_per_push": ps["us_per_application"],
-        "ps_us_per_step": ps["us_per_application"] / steps_per_push,
-        "network": bm.network_costs(cfg),
-    }
-
-
-def raw_ale_fps(cfg: Config, seconds: float) -> float:
-    """Frames/s of one bare emulator (``a3c_ray.bench.atari.raw_ale_fps``), for roughly ``seconds``."""
-    from a3c_ray.bench.atari import raw_ale_fps as bare
-
-    probe = bare(cfg.env.id, frames=2_000, seed=cfg.run.seed)
-    return bare(cfg.env.id, frames=max(2_000, int(probe * seconds)), seed=cfg.run.seed)
-
-
-def _median(xs: list[float]) -> float:
-    return float(statistics.median(xs))
-
-
-def median_run(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    """The run whose ``key`` is the median (the lower one of an even count), whole and consistent."""
-    ordered = sorted(runs, key=lambda r: r[key])
-    return dict(ordered[(len(ordered) - 1) // 2])
-
-
-def bend_model(training: list[dict[str, Any]], ps_limit: float, cfg: Config) -> dict[str, Any]:
-    """Where throughput stops growing with Workers: a roofline of three limits on pushes per second.
-
-    - Workers: N x the pushes/s of one Worker (from the fewest-Workers run measured);
-    - the ParameterServer: its applications/s as an actor with pushes in flight;
-    - the CPUs: each push costs a Worker ``busy`` CPU seconds (its time not spent waiting) and
-      the ParameterServer 1/limit, so ``cores`` CPUs carry at most cores / (busy + 1/limit).
-    Env steps/s is pushes/s x t_max x K.
-    """
-    base = min(training, key=lambda t: t["workers"])
-    per_worker = base["per_worker"]
-    pushes = statistics.fmean(w["pushes_per_second"] for w in per_worker)
-    busy = statistics.fmean(w["busy_seconds_per_push"] for w in per_worker)
-    cores = os.cpu_count() or 1
-    cpu_limit = cores / (busy + 1.0 / ps_limit)
-    steps = cfg.algo.t_max * cfg.env.num_envs
-    return {
-        "worker_pushes_per_second": pushes,
-        "worker_busy_ms_per_push": 1e3 * busy,
-        "ps_applications_per_second": ps_limit,
-        "ps_bound_workers": ps_limit / pushes,
-        "cores": cores,
-        "cpu_bound_pushes_per_second": cpu_limit,
-        "cpu_bound_workers": cpu_limit / pushes,
-        "predicted_env_steps_per_second": {
-            str(n): min(n * pushes, ps_limit, cpu_limit) * steps for n in (1, 2, 4, 8, 16, 32, 64)
-        },
-    }
-
-
-def machine() -> dict[str, Any]:
-    import gymnasium
-    import torch
-
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "python": platform.python_version(),
-        "ray": cluster.ray_version(),
-        "torch": torch.__version__,
-        "gymnasium": gymnasium.__version__,
-    }
+def times(args: argparse.Namespace) -> bench_measure.Times:
+    return bench_measure.Times(
+        seconds=args.seconds,
+        raw_seconds=args.raw_seconds,
+        ps_seconds=args.ps_seconds,
+        in_flight=args.in_flight,
+        repeat=args.repeat,
+        address=args.address,
+        dashboard_port=args.dashboard_port,
+    )
 
 
 def plot(args: argparse.Namespace) -> int:
@@ -404,10 +223,10 @@ def run(args: argparse.Namespace) -> int:
     if args.ps_scale:
         return bench_ps.run_ps_scale(cfg, args)
     if args.profile:
-        report = profile(cfg, args)
+        report = bench_measure.profile(cfg, times(args))
         print(json.dumps(report) if args.json else format_profile(report))
         return 0
     counts = sorted({*(args.scaling or []), cfg.run.workers})
-    report = measure(cfg, counts, args)
+    report = bench_measure.measure(cfg, counts, times(args))
     print(json.dumps(report) if args.json else format_report(report))
     return 0
