@@ -13,6 +13,7 @@ from a3c_ray.algo.models import build_model, get_flat_params
 from a3c_ray.config import Config
 from a3c_ray.envs.make import action_size, env_spaces, resolve_policy
 from a3c_ray.envs.spaces import recorded_spaces
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager
 
 # name -> (env id, model fields): one of each network and head a3c-ray trains.
@@ -59,5 +60,5 @@ def save_checkpoint(
         "env_steps": env_steps,
         "version": 1,
     }
-    manager = manager or CheckpointManager(directory / "checkpoints", keep=100)
+    manager = manager or CheckpointManager(directory / layout.CHECKPOINTS, keep=100)
     return manager.save(state, eval_return=eval_return)

@@ -254,7 +254,7 @@ def test_short_pong_run_checkpoints_and_evaluates(
 ) -> None:
     from a3c_ray.commands.evaluate import evaluate_checkpoint, model_from_checkpoint
     from a3c_ray.rundir.checkpoint import load_checkpoint
-    from a3c_ray.runtime.driver import train
+    from a3c_ray.runtime.session import train
 
     cfg = pong_config(tmp_path / "pong", lstm)
     result = train(cfg)

@@ -19,6 +19,7 @@ from a3c_ray.bench.plot import episode_seconds, moving_mean
 from a3c_ray.commands import bench, bench_stability
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError
+from a3c_ray.rundir import layout
 
 TINY = ["--workers", "1", "--envs-per-worker", "2", "--seconds", "1.5"]
 TINY += ["--raw-seconds", "0.5", "--ps-seconds", "0.5", "--in-flight", "4"]
@@ -173,16 +174,16 @@ def write_fake_run(run_dir: Path, seed: int) -> None:
 
     from a3c_ray import metric_names as M
 
-    w = SummaryWriter(str(run_dir / "tb"))
+    w = SummaryWriter(str(run_dir / layout.TENSORBOARD))
     for tick in range(1, 6):
         step = tick * 1000
         w.add_scalar(M.UPDATES_PER_SECOND, 25.0, step, walltime=1000.0 + tick)
         for i in range(20):
             w.add_scalar(M.EPISODIC_RETURN, 20.0 * tick + i, step - 50 * i, walltime=1000.0 + tick)
     w.close()
-    (run_dir / "config.yaml").write_text(f"run:\n  seed: {seed}\n")
+    (run_dir / layout.CONFIG).write_text(f"run:\n  seed: {seed}\n")
     summary = {"env_id": "CartPole-v1", "target_return": 450, "steps_to_target": None}
-    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / layout.SUMMARY).write_text(json.dumps(summary))
 
 
 def test_plot_runs_writes_both_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -207,7 +208,7 @@ def test_plot_with_levels_draws_one_run_against_frames_and_hours_with_its_evalua
     from a3c_ray import metric_names as M
 
     run = tmp_path / "pong"
-    w = SummaryWriter(str(run / "tb"))
+    w = SummaryWriter(str(run / layout.TENSORBOARD))
     # One tick a second at 1,000 agent steps/s; 300 games whose score climbs 1 every 10 games.
     for tick in range(0, 301):
         w.add_scalar(M.UPDATES_PER_SECOND, 10.0, tick * 1000, walltime=5000.0 + tick)
@@ -216,7 +217,7 @@ def test_plot_with_levels_draws_one_run_against_frames_and_hours_with_its_evalua
     for at, score in ((100, -15.0), (200, 2.0), (300, 12.0)):
         w.add_scalar(M.EVAL_RETURN, score, at * 1000, walltime=5000.0 + at)
     w.close()
-    (run / "config.yaml").write_text("env:\n  id: PongNoFrameskip-v4\nrun:\n  seed: 0\n")
+    (run / layout.CONFIG).write_text("env:\n  id: PongNoFrameskip-v4\nrun:\n  seed: 0\n")
     out = tmp_path / "docs"
     argv = ["--plot-runs", str(run), "--levels=-15,0,10,18", "--out", str(out), "--json"]
     assert bench.run(parse(argv)) == 0
@@ -499,9 +500,9 @@ def test_bench_seeds_trains_each_seed_without_stopping_at_the_target(
     for x in r["runs"]:
         assert x["env_steps"] >= 6000  # ran on past the target
         assert x["steps_to_target"] is not None and x["steps_to_target"] < x["env_steps"]
-        assert x["final_mean"] > 0 and (runs / f"seed-{x['seed']}" / "tb").is_dir()
+        assert x["final_mean"] > 0 and (runs / f"seed-{x['seed']}" / layout.TENSORBOARD).is_dir()
         assert (
-            json.loads((runs / f"seed-{x['seed']}" / "summary.json").read_text())["env_steps"]
+            json.loads((runs / f"seed-{x['seed']}" / layout.SUMMARY).read_text())["env_steps"]
             == x["env_steps"]
         )
     assert r["summary"]["seeds"] == 2 and r["summary"]["reached"] == 2
@@ -554,7 +555,7 @@ def test_stability_of_finished_runs_reads_their_episodes(
     runs = [tmp_path / f"s{i}" for i in range(2)]
     for i, r in enumerate(runs):
         write_fake_run(r, seed=i)
-        (r / "summary.json").write_text(json.dumps({"env_id": "CartPole-v1", "env_steps": 5000}))
+        (r / layout.SUMMARY).write_text(json.dumps({"env_id": "CartPole-v1", "env_steps": 5000}))
     argv = ["--stability-of", *map(str, runs), "--target-return", "60", "--floor", "30", "--json"]
     assert bench.run(parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)

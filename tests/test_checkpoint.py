@@ -14,6 +14,7 @@ import torch
 
 import a3c_ray.rundir.checkpoint as ckpt
 from a3c_ray.errors import CheckpointError
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import (
     FORMAT,
     CheckpointManager,
@@ -116,9 +117,9 @@ def test_checkpoints_load_with_plain_weights_only_torch_load(tmp_path: Path) -> 
 
 
 def test_load_checkpoint_accepts_a_run_dir_a_checkpoints_dir_and_pointers(tmp_path: Path) -> None:
-    directory = tmp_path / "checkpoints"
+    directory = tmp_path / layout.CHECKPOINTS
     CheckpointManager(directory).save(make_state(env_steps=500))
-    for where in (tmp_path, directory, directory / "latest", directory / "ckpt-500.pt"):
+    for where in (tmp_path, directory, directory / layout.LATEST, directory / "ckpt-500.pt"):
         assert load_checkpoint(where)["env_steps"] == 500
 
 
@@ -136,7 +137,7 @@ def test_keep_last_n_keeps_the_best_even_when_older(tmp_path: Path) -> None:
     assert names == ["ckpt-100.pt", "ckpt-300.pt", "ckpt-400.pt"]
     assert pointer(tmp_path, "latest") == "ckpt-400.pt"
     assert pointer(tmp_path, "best") == "ckpt-100.pt"
-    assert load_checkpoint(tmp_path / "best")["eval_return"] == 10.0
+    assert load_checkpoint(tmp_path / layout.BEST)["eval_return"] == 10.0
 
     # a better evaluation moves 'best', and the old best is pruned once it falls out
     manager.save(make_state(env_steps=500), eval_return=11.0)
@@ -153,7 +154,7 @@ def test_keep_last_n_without_evaluations(tmp_path: Path, keep: int) -> None:
     names = [p.name for p in list_checkpoints(tmp_path)]
     assert names == [f"ckpt-{s}.pt" for s in range(100, 700, 100)][-keep:]
     assert pointer(tmp_path, "latest") == "ckpt-600.pt"
-    assert not (tmp_path / "best").exists()
+    assert not (tmp_path / layout.BEST).exists()
 
 
 def test_a_new_manager_remembers_the_best_return_from_disk(tmp_path: Path) -> None:
@@ -179,8 +180,8 @@ def test_pointer_files_name_their_checkpoint(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path)
     manager.save(make_state(env_steps=100), eval_return=3.0)
     manager.save(make_state(env_steps=200), eval_return=2.0)
-    assert (tmp_path / "latest").read_text() == "ckpt-200.pt\n"
-    assert (tmp_path / "best").read_text() == "ckpt-100.pt\n"
+    assert (tmp_path / layout.LATEST).read_text() == "ckpt-200.pt\n"
+    assert (tmp_path / layout.BEST).read_text() == "ckpt-100.pt\n"
 
 
 # -- resolve --------------------------------------------------------------------------------
@@ -189,26 +190,26 @@ def test_pointer_files_name_their_checkpoint(tmp_path: Path) -> None:
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
     """A run dir whose 'best' (100 steps) and 'latest' (200 steps) are different checkpoints."""
-    manager = CheckpointManager(tmp_path / "checkpoints", keep=3)
+    manager = CheckpointManager(tmp_path / layout.CHECKPOINTS, keep=3)
     manager.save(make_state(env_steps=100), eval_return=9.0)
     manager.save(make_state(env_steps=200), eval_return=1.0)
     return tmp_path
 
 
 def test_resolve_a_pointer_file(run_dir: Path) -> None:
-    directory = run_dir / "checkpoints"
-    assert resolve(directory / "latest") == directory / "ckpt-200.pt"
-    assert resolve(directory / "best") == directory / "ckpt-100.pt"
+    directory = run_dir / layout.CHECKPOINTS
+    assert resolve(directory / layout.LATEST) == directory / "ckpt-200.pt"
+    assert resolve(directory / layout.BEST) == directory / "ckpt-100.pt"
 
 
 def test_resolve_a_checkpoint_file(run_dir: Path) -> None:
-    file = run_dir / "checkpoints" / "ckpt-200.pt"
+    file = run_dir / layout.CHECKPOINTS / "ckpt-200.pt"
     assert resolve(file) == file
     assert resolve(str(file)) == file
 
 
 def test_resolve_a_run_dir_and_a_checkpoints_dir_agree(run_dir: Path) -> None:
-    directory = run_dir / "checkpoints"
+    directory = run_dir / layout.CHECKPOINTS
     # a directory resolves through its pointers, 'best' first
     assert resolve(run_dir) == directory / "ckpt-100.pt"
     assert resolve(directory) == directory / "ckpt-100.pt"
@@ -238,9 +239,9 @@ def test_resolve_reports_what_is_missing(tmp_path: Path) -> None:
         resolve(tmp_path / "nowhere")
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         load_checkpoint(tmp_path / "ckpt-5.pt")
-    (tmp_path / "latest").write_text("../../etc/passwd\n")
+    (tmp_path / layout.LATEST).write_text("../../etc/passwd\n")
     with pytest.raises(CheckpointError, match="does not name a checkpoint"):
-        resolve(tmp_path / "latest")
+        resolve(tmp_path / layout.LATEST)
 
 
 # -- atomic writes --------------------------------------------------------------------------
@@ -283,7 +284,7 @@ def test_a_failed_save_leaves_the_previous_checkpoint_and_pointer(
     assert not (tmp_path / "ckpt-200.pt").exists()
     assert pointer(tmp_path, "latest") == "ckpt-100.pt"
     assert pointer(tmp_path, "best") == "ckpt-100.pt"
-    assert load_checkpoint(tmp_path / "latest")["env_steps"] == 100
+    assert load_checkpoint(tmp_path / layout.LATEST)["env_steps"] == 100
     assert load_latest_good(tmp_path)["env_steps"] == 100
     assert manager.best_return == 5.0  # the failed save did not claim to be best
 
@@ -325,7 +326,7 @@ def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_manager_removes(
     CheckpointManager(tmp_path, keep=2)
     assert leftovers(tmp_path) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "ckpt-7.pt", "latest"]
-    assert load_checkpoint(tmp_path / "latest")["env_steps"] == 7
+    assert load_checkpoint(tmp_path / layout.LATEST)["env_steps"] == 7
 
 
 # -- bad files ------------------------------------------------------------------------------
@@ -366,7 +367,7 @@ def test_load_latest_good_skips_a_corrupt_newest_checkpoint(tmp_path: Path) -> N
     data = newest.read_bytes()
     newest.write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError):
-        load_checkpoint(tmp_path / "latest")
+        load_checkpoint(tmp_path / layout.LATEST)
     good = load_latest_good(tmp_path)
     assert good["env_steps"] == 100
     assert good["path"] == str(tmp_path / "ckpt-100.pt")
@@ -454,8 +455,8 @@ def test_resume_with_another_optimizer_exits_2_in_one_line_and_writes_nothing(
     cfg.run.run_dir = str(tmp_path)
     meta = CheckpointMeta.of(cfg, (4,), 2)
     ps = ParameterServer(cfg, initial_params(cfg, (4,), 2), meta)
-    cfg.save(tmp_path / "config.yaml")
-    CheckpointManager(tmp_path / "checkpoints", keep=2).save(ps.state_dict())
+    cfg.save(tmp_path / layout.CONFIG)
+    CheckpointManager(tmp_path / layout.CHECKPOINTS, keep=2).save(ps.state_dict())
     before = snapshot(tmp_path)
     assert main(["train", "--resume", str(tmp_path), "--set", "algo.optimizer=adam"]) == 2
     err = capsys.readouterr().err.strip()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from a3c_ray.commands.cli import main
+from a3c_ray.rundir import layout
 
 
 def snapshot(d: Path) -> dict[str, bytes]:
@@ -25,9 +26,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture()
 def existing_run(tmp_path: Path) -> Path:
     run = tmp_path / "run"
-    (run / "checkpoints").mkdir(parents=True)
-    (run / "config.yaml").write_text("env:\n  id: CartPole-v1\n")
-    (run / "checkpoints" / "latest").write_text("ckpt-10.pt\n")
+    (run / layout.CHECKPOINTS).mkdir(parents=True)
+    (run / layout.CONFIG).write_text("env:\n  id: CartPole-v1\n")
+    (run / layout.CHECKPOINTS / layout.LATEST).write_text("ckpt-10.pt\n")
     return run
 
 
@@ -147,16 +148,16 @@ def test_dashboard_open_to_the_network_is_warned_about(monkeypatch: pytest.Monke
     import ray
 
     from a3c_ray.config import Config
-    from a3c_ray.runtime import driver
+    from a3c_ray.runtime import session
 
     calls: list[dict[str, object]] = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     with pytest.warns(UserWarning, match="dashboard will listen on 0.0.0.0"):
-        assert driver.connect(Config(), None, dashboard_host="0.0.0.0") is True
+        assert session.connect(Config(), None, dashboard_host="0.0.0.0") is True
     assert calls[-1]["dashboard_host"] == "0.0.0.0"
-    driver.connect(Config(), None)  # the default: loopback, no warning
+    session.connect(Config(), None)  # the default: loopback, no warning
     assert calls[-1]["dashboard_host"] == "127.0.0.1"
 
 

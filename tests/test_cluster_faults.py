@@ -11,7 +11,7 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.state import list_actors
 
-from a3c_ray.runtime.driver import train
+from a3c_ray.runtime.session import train
 
 from .conftest import free_port, named_actor, small_config, wait_for
 

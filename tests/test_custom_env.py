@@ -18,6 +18,7 @@ from a3c_ray.algo import inprocess
 from a3c_ray.commands.cli import main
 from a3c_ray.config import Config, EnvConfig
 from a3c_ray.envs.make import check_env, make_env
+from a3c_ray.rundir import layout
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "custom_env"
@@ -144,7 +145,7 @@ def test_a_custom_env_trains_on_ray_and_eval_rebuilds_it_from_the_checkpoint(
         timeout=300,
     )
     assert train.returncode == 0, train.stderr[-2000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads((run_dir / layout.SUMMARY).read_text())
     assert summary["stopped_because"] == "target" and summary["steps_to_target"] is not None
     evaluated = subprocess.run(
         [sys.executable, "-m", "a3c_ray", "eval", str(run_dir), "--episodes", "5"],

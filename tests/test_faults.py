@@ -12,9 +12,10 @@ import pytest
 import ray
 
 from a3c_ray.config import Config
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
 from a3c_ray.rundir.summary import RunSummary
-from a3c_ray.runtime.driver import train
+from a3c_ray.runtime.session import train
 
 from .conftest import named_actor, small_config, wait_for
 
@@ -118,11 +119,13 @@ def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(
 
     def kill() -> None:
         wait_for(
-            lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 2, what="two checkpoints"
+            lambda: len(list_checkpoints(run_dir / layout.CHECKPOINTS)) >= 2, what="two checkpoints"
         )
         before = progress(run_dir)
         seen["steps_before"] = before.env_steps
-        seen["ckpt_steps"] = int(load_checkpoint(run_dir / "checkpoints" / "latest")["env_steps"])
+        seen["ckpt_steps"] = int(
+            load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)["env_steps"]
+        )
         ray.kill(named_actor("ParameterServer", run_dir), no_restart=False)
         # ray.kill is asynchronous: a call right after it may still reach the old instance, so
         # wait until the restarted server answers.
@@ -141,7 +144,7 @@ def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(
     # The Workers pushed by compiled graph; the graphs that broke with the server fell back to
     # calls without failing a Worker.
     assert s["pushes_by_graph"] > 0, s
-    for ckpt in list_checkpoints(run_dir / "checkpoints"):
+    for ckpt in list_checkpoints(run_dir / layout.CHECKPOINTS):
         load_checkpoint(ckpt)  # every checkpoint left is whole
 
 
@@ -157,7 +160,7 @@ def test_killed_shard_comes_back_and_every_shard_rolls_back_to_its_checkpoint(
 
     def kill() -> None:
         wait_for(
-            lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 2, what="two checkpoints"
+            lambda: len(list_checkpoints(run_dir / layout.CHECKPOINTS)) >= 2, what="two checkpoints"
         )
         shard = named_actor("ParameterServer-1", run_dir)  # looked up first: the kill follows
         seen["steps_before"] = progress(run_dir).env_steps  # the reading with no wait between
@@ -177,7 +180,7 @@ def test_killed_shard_comes_back_and_every_shard_rolls_back_to_its_checkpoint(
     ckpt_steps = int(Path(a).stem.split("-")[1])  # (pruned since: ckpt-<env steps>.pt)
     assert seen["steps_after"] >= ckpt_steps - 1 and ckpt_steps <= seen["steps_before"]
     assert s["env_steps"] >= 60_000
-    for ckpt in list_checkpoints(run_dir / "checkpoints"):
+    for ckpt in list_checkpoints(run_dir / layout.CHECKPOINTS):
         load_checkpoint(ckpt)  # every checkpoint left is whole
 
 
@@ -188,14 +191,18 @@ def test_killed_monitor_is_restarted_and_no_checkpoint_is_corrupted(
     cfg = small_config(run_dir, run__max_steps=40_000, monitor__eval_every=0.5)
 
     def kill() -> None:
-        wait_for(lambda: len(list_checkpoints(run_dir / "checkpoints")) >= 1, what="a checkpoint")
+        wait_for(
+            lambda: len(list_checkpoints(run_dir / layout.CHECKPOINTS)) >= 1, what="a checkpoint"
+        )
         ray.kill(named_actor("Monitor", run_dir), no_restart=False)
 
     s = trains_to_max_steps_despite(cfg, kill)
-    ckpts = list_checkpoints(run_dir / "checkpoints")
+    ckpts = list_checkpoints(run_dir / layout.CHECKPOINTS)
     assert ckpts and all(load_checkpoint(c)["format"] for c in ckpts)
-    assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]
-    assert load_checkpoint(run_dir / "checkpoints" / "latest")["env_steps"] == s["env_steps"]
+    assert not [p for p in (run_dir / layout.CHECKPOINTS).iterdir() if p.name.startswith(".")]
+    assert (
+        load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)["env_steps"] == s["env_steps"]
+    )
 
 
 def test_env_that_raises_is_recreated_and_counted(ray_session: None, tmp_path: Path) -> None:
@@ -237,4 +244,4 @@ def test_worker_that_fails_over_and_over_stops_the_run_with_a_clear_error(
     assert s["worker_restarts"] == 2
     # The Monitor's env is broken too: its evaluation fails, is counted, and the checkpoint is kept.
     assert s["eval_failures"] >= 1 and s["checkpoint"] and Path(s["checkpoint"]).exists()
-    assert (tmp_path / "broken" / "summary.json").exists()
+    assert (tmp_path / "broken" / layout.SUMMARY).exists()

@@ -17,6 +17,7 @@ from a3c_ray.algo.models import build_model, get_flat_params, sample_actions
 from a3c_ray.algo.worker import Worker
 from a3c_ray.config import LOG_STD_BOUNDS, Config, EnvConfig, ModelConfig
 from a3c_ray.envs.make import action_size, clip_actions, env_spaces, make_env, resolve_policy
+from a3c_ray.rundir import layout
 
 
 def normal(mean_log_std: torch.Tensor) -> torch.distributions.Normal:
@@ -197,9 +198,9 @@ def test_a_gaussian_checkpoint_or_run_from_before_scaling_acts_in_the_envs_units
     saved.model.policy = "gaussian"
     data = saved.to_dict()
     del data["model"]["scale_actions"]
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
-    assert Config.load_saved(tmp_path / "config.yaml").model.scale_actions is False
-    assert Config.load(tmp_path / "config.yaml").model.scale_actions is True  # a new run's
+    (tmp_path / layout.CONFIG).write_text(yaml.safe_dump(data))
+    assert Config.load_saved(tmp_path / layout.CONFIG).model.scale_actions is False
+    assert Config.load(tmp_path / layout.CONFIG).model.scale_actions is True  # a new run's
     saved.save(tmp_path / "now.yaml")
     assert Config.load_saved(tmp_path / "now.yaml").model.scale_actions is True
 

@@ -18,8 +18,8 @@ from a3c_ray.algo.messages import CheckpointMeta, GradientPush
 from a3c_ray.algo.parameter_server import initial_params
 from a3c_ray.config import Config
 from a3c_ray.runtime import actors
-from a3c_ray.runtime.driver import train
 from a3c_ray.runtime.graphs import GraphServer, compile_push
+from a3c_ray.runtime.session import train
 
 from .conftest import small_config
 

@@ -28,6 +28,7 @@ import pytest
 
 from a3c_ray.commands import submit
 from a3c_ray.errors import ConfigError
+from a3c_ray.rundir import layout
 from a3c_ray.runtime import jobs
 from a3c_ray.runtime.local_cluster import free_port_block
 
@@ -345,11 +346,13 @@ def test_cartpole_job_on_a_local_three_node_cluster_succeeds_and_leaves_its_run_
     assert f"run directory: {run_dir}" in logs  # the job's own output, followed to its end
     assert time.monotonic() - started < 120
 
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads((run_dir / layout.SUMMARY).read_text())
     assert summary["stopped_because"] == "max_steps" and summary["env_steps"] >= 20_000
     assert summary["workers"] == 2 and summary["worker_nodes"]
     assert Path(summary["checkpoint"]).is_file()
-    assert (run_dir / "checkpoints" / "latest").is_file() and (run_dir / "config.yaml").is_file()
+    assert (run_dir / layout.CHECKPOINTS / layout.LATEST).is_file() and (
+        run_dir / layout.CONFIG
+    ).is_file()
 
     # The Jobs API wants the token; Ray's own client gets in with it.
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -433,7 +436,7 @@ def test_custom_env_job_finds_its_module_on_every_node(
         "--no-progress",
     )  # fmt: skip
     assert submit.run(args, out=out) == 0, out.getvalue()
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads((run_dir / layout.SUMMARY).read_text())
     assert summary["stopped_because"] in ("max_steps", "target"), summary
     assert summary["env_steps"] > 0 and len(summary["worker_nodes"]) >= 1
     assert summary["env_id"] == (

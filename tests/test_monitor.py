@@ -35,7 +35,7 @@ def test_an_evaluation_at_the_target_stops_the_run_after_its_checkpoint(
     monitor.close()
     assert report["last_eval_return"] >= 5.0
     assert (ps.stop_reason == "target") is stops
-    saved = load_checkpoint(tmp_path / layout.CHECKPOINTS / "latest")
+    saved = load_checkpoint(tmp_path / layout.CHECKPOINTS / layout.LATEST)
     assert saved["env_steps"] == 0
     if stops:
         assert ps.progress().steps_to_target == saved["env_steps"]
@@ -46,4 +46,4 @@ def test_a_forced_checkpoint_without_evaluation_is_saved_at_once(tmp_path: Path)
     report = monitor.tick(force_eval=True, evaluate=False)
     monitor.close()
     assert report["evals"] == 0 and report["last_eval_return"] is None
-    assert (tmp_path / layout.CHECKPOINTS / "latest").exists()
+    assert (tmp_path / layout.CHECKPOINTS / layout.LATEST).exists()

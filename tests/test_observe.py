@@ -17,7 +17,8 @@ import ray
 
 from a3c_ray import metric_names as M
 from a3c_ray.commands.cli import main
-from a3c_ray.runtime.driver import train
+from a3c_ray.rundir import layout
+from a3c_ray.runtime.session import train
 
 from .conftest import free_port, named_actor, small_config, wait_for
 from .test_train_ray import read_tags
@@ -260,7 +261,7 @@ def test_tensorboard_has_every_tag_the_config_and_eval_videos(live_run: dict[str
     """Read while the run goes on: the Monitor flushes its events every 10 seconds."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    tb = Path(live_run["run_dir"]) / "tb"
+    tb = Path(live_run["run_dir"]) / layout.TENSORBOARD
 
     def missing() -> list[str]:
         tags = read_tags(tb)

@@ -13,6 +13,7 @@ from a3c_ray.algo.optim import saved_optimizer
 from a3c_ray.algo.parameter_server import ParameterServer
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager, load_checkpoint
 
 N = 10
@@ -192,7 +193,7 @@ def test_a_restored_server_reports_every_counter_and_steps_exactly_as_the_origin
         ps.cfg,
         np.zeros(N, dtype=np.float32),
         meta=META,
-        restore=load_checkpoint(tmp_path / "latest"),
+        restore=load_checkpoint(tmp_path / layout.LATEST),
     )
     before, after = dataclasses.asdict(ps.progress()), dataclasses.asdict(other.progress())
     # Training time goes on from the checkpoint's (and the original's went on since).

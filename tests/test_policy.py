@@ -17,6 +17,7 @@ import torch
 from a3c_ray import load_policy
 from a3c_ray.algo.evaluation import run_episodes
 from a3c_ray.errors import CheckpointError
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager, load_checkpoint
 from a3c_ray.rundir.policy import best_checkpoint_name, policy_from_state
 
@@ -27,17 +28,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_way_to_name_a_checkpoint_loads_the_same_policy(tmp_path: Path) -> None:
-    manager = CheckpointManager(tmp_path / "checkpoints", keep=5)
+    manager = CheckpointManager(tmp_path / layout.CHECKPOINTS, keep=5)
     save_checkpoint(tmp_path, env_steps=100, seed=1, eval_return=9.0, manager=manager)
     save_checkpoint(tmp_path, env_steps=200, seed=2, eval_return=1.0, manager=manager)
-    ckpts = tmp_path / "checkpoints"
+    ckpts = tmp_path / layout.CHECKPOINTS
     best = load_policy(ckpts / "ckpt-100.pt")
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
-    for where in (tmp_path, ckpts, ckpts / "best", str(ckpts / "ckpt-100.pt")):
+    for where in (tmp_path, ckpts, ckpts / layout.BEST, str(ckpts / "ckpt-100.pt")):
         policy = load_policy(where)
         assert policy.env_steps == 100 and policy.checkpoint == str(ckpts / "ckpt-100.pt")
         np.testing.assert_array_equal(policy.act(obs).values, best.act(obs).values)
-    latest = load_policy(ckpts / "latest")
+    latest = load_policy(ckpts / layout.LATEST)
     assert latest.env_steps == 200
     assert not np.allclose(latest.act(obs).values, best.act(obs).values)
 
@@ -148,7 +149,7 @@ def test_a_checkpoint_whose_weights_do_not_fit_its_model_is_refused(tmp_path: Pa
 
 def test_best_checkpoint_name_follows_the_pointer(tmp_path: Path) -> None:
     assert best_checkpoint_name(tmp_path) is None
-    manager = CheckpointManager(tmp_path / "checkpoints", keep=5)
+    manager = CheckpointManager(tmp_path / layout.CHECKPOINTS, keep=5)
     save_checkpoint(tmp_path, env_steps=100, eval_return=1.0, manager=manager)
     assert best_checkpoint_name(tmp_path) == "ckpt-100.pt"
     save_checkpoint(tmp_path, env_steps=200, eval_return=0.5, manager=manager)

@@ -12,8 +12,9 @@ import ray
 from a3c_ray import metric_names as M
 from a3c_ray.commands.cli import main
 from a3c_ray.config import Config
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
-from a3c_ray.runtime.driver import train
+from a3c_ray.runtime.session import train
 
 from .conftest import named_actor, small_config, wait_for
 from .test_cli import snapshot
@@ -31,7 +32,7 @@ def finished_run(ray_session: None, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    return json.loads((run_dir / layout.SUMMARY).read_text())
 
 
 @pytest.mark.parametrize(
@@ -63,9 +64,9 @@ def test_resume_of_a_directory_that_is_not_a_run_exits_2(
 def test_resume_of_a_run_without_a_good_checkpoint_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    Config().save(tmp_path / "config.yaml")
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "ckpt-100.pt").write_bytes(b"PK\x03\x04broken")
+    Config().save(tmp_path / layout.CONFIG)
+    (tmp_path / layout.CHECKPOINTS).mkdir()
+    (tmp_path / layout.CHECKPOINTS / "ckpt-100.pt").write_bytes(b"PK\x03\x04broken")
     assert main(["train", "--resume", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "cannot resume" in err and "ckpt-100.pt" in err
@@ -73,8 +74,8 @@ def test_resume_of_a_run_without_a_good_checkpoint_exits_2(
 
 def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run: Path) -> None:
     first = summary(finished_run)
-    last_ckpt = load_checkpoint(finished_run / "checkpoints" / "latest")
-    tags_before = read_tags(finished_run / "tb")
+    last_ckpt = load_checkpoint(finished_run / layout.CHECKPOINTS / layout.LATEST)
+    tags_before = read_tags(finished_run / layout.TENSORBOARD)
     assert (
         main(["train", "--resume", str(finished_run), "--max-steps", "24000", "--no-progress"]) == 0
     )
@@ -85,9 +86,9 @@ def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run
         second["version"] > first["version"]
         and second["gradient_updates"] > first["gradient_updates"]
     )
-    assert Config.load(finished_run / "config.yaml").run.max_steps == 24_000
+    assert Config.load(finished_run / layout.CONFIG).run.max_steps == 24_000
     # TensorBoard curves go on from the checkpoint's step: nothing new is logged before it.
-    tags_after = read_tags(finished_run / "tb")
+    tags_after = read_tags(finished_run / layout.TENSORBOARD)
     new_evals = [
         s for s, _ in tags_after[M.EVAL_RETURN] if (s, _) not in tags_before[M.EVAL_RETURN]
     ]
@@ -104,7 +105,7 @@ def test_resume_skips_a_corrupted_latest_checkpoint(ray_session: None, tmp_path:
         run_dir, run__max_steps=20_000, monitor__eval_every=0.3, monitor__log_every=0.1
     )
     assert train(cfg).exit_code == 0
-    ckpts = list_checkpoints(run_dir / "checkpoints")
+    ckpts = list_checkpoints(run_dir / layout.CHECKPOINTS)
     assert len(ckpts) >= 2
     newest, previous = ckpts[-1], ckpts[-2]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a torn write
@@ -181,7 +182,7 @@ def test_resume_auto_starts_a_run_then_continues_it_exactly(
     first = summary(run_dir)
     assert first["resumed_from"] is None and first["env_steps"] >= 10_000
     assert first["worker_restarts"] == 1, first
-    saved = load_checkpoint(run_dir / "checkpoints" / "latest")
+    saved = load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)
     assert main(auto(run_dir, "--max-steps", "20000")) == 0
     second = summary(run_dir)
     assert second["resumed_from"] and second["resumed_from"].endswith(
@@ -196,8 +197,8 @@ def test_resume_auto_starts_a_run_then_continues_it_exactly(
     assert second["staleness_max"] >= saved["staleness_max"]
     assert second["worker_restarts"] == 1, second
     assert second["best_eval_return"] >= first["best_eval_return"]
-    assert load_checkpoint(run_dir / "checkpoints" / "latest")["evals"] > saved["evals"]
-    assert Config.load(run_dir / "config.yaml").run.max_steps == 20_000
+    assert load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)["evals"] > saved["evals"]
+    assert Config.load(run_dir / layout.CONFIG).run.max_steps == 20_000
 
 
 def test_resume_auto_of_a_run_lost_before_its_first_checkpoint_starts_it_again(
@@ -205,7 +206,7 @@ def test_resume_auto_of_a_run_lost_before_its_first_checkpoint_starts_it_again(
 ) -> None:
     run_dir = tmp_path / "lost"
     run_dir.mkdir()
-    small_config(run_dir).save(run_dir / "config.yaml")  # a run that died as it started
+    small_config(run_dir).save(run_dir / layout.CONFIG)  # a run that died as it started
     assert main(auto(run_dir, "--max-steps", "5000")) == 0
     s = summary(run_dir)
     assert s["resumed_from"] is None and s["env_steps"] >= 5_000

@@ -23,7 +23,7 @@ from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import load_checkpoint
 from a3c_ray.runtime import cluster
-from a3c_ray.runtime.driver import train
+from a3c_ray.runtime.session import train
 
 from .conftest import free_port, small_config, wait_for
 
@@ -147,7 +147,7 @@ DRIVER = """
 import json, sys
 import ray
 from a3c_ray.config import Config
-from a3c_ray.runtime.driver import train
+from a3c_ray.runtime.session import train
 ray.init(num_cpus=int(sys.argv[2]), include_dashboard=False, _node_ip_address="127.0.0.1")
 cfg = Config.from_dict(json.loads(sys.argv[1]))
 sys.exit(train(cfg).exit_code)
@@ -163,7 +163,7 @@ def started(run_dir: Path) -> bool:
 
 
 def training(run_dir: Path) -> bool:
-    return (run_dir / layout.CHECKPOINTS / "latest").exists()
+    return (run_dir / layout.CHECKPOINTS / layout.LATEST).exists()
 
 
 @pytest.mark.parametrize(
@@ -233,12 +233,12 @@ def test_ctrl_c_ends_the_run_within_the_grace_and_keeps_a_checkpoint_and_summary
     summary = json.loads((run_dir / layout.SUMMARY).read_text())
     expected = "time_limit" if "stopping" in state else "interrupted"
     assert summary["stopped_because"] == expected, summary
-    final = load_checkpoint(run_dir / layout.CHECKPOINTS / "latest")
+    final = load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)
     assert final["env_steps"] == summary["env_steps"], summary
 
 
 def test_interrupts_held_while_a_run_ends_are_reported_not_raised() -> None:
-    from a3c_ray.runtime.driver import interrupts_held
+    from a3c_ray.runtime.session import interrupts_held
 
     before = signal.getsignal(signal.SIGINT)
     with interrupts_held("the test's block ends", raise_after=False) as held:

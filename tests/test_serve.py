@@ -22,6 +22,7 @@ import pytest
 
 from a3c_ray import load_policy
 from a3c_ray.algo.evaluation import run_episodes
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager
 
 from .conftest import free_port, wait_for
@@ -277,7 +278,7 @@ def test_follow_swaps_in_each_newer_best_checkpoint_without_a_failed_request(
 
     from a3c_ray.runtime import serving
 
-    manager = CheckpointManager(tmp_path / "checkpoints", keep=10)
+    manager = CheckpointManager(tmp_path / layout.CHECKPOINTS, keep=10)
     save_checkpoint(tmp_path, env_steps=100, seed=0, eval_return=1.0, manager=manager)
     args = {"source": str(tmp_path), "follow": True, "follow_every": 0.2, "replica_cpus": 0}
     serve.run(serving.build_app(args), name="follow", route_prefix="/follow")
@@ -324,7 +325,7 @@ def test_follow_swaps_in_each_newer_best_checkpoint_without_a_failed_request(
         assert 400 not in steps  # not the best: never served
     served = {s for steps in seen for s in steps}
     assert {100, 200, 500} <= served
-    last = load_policy(tmp_path / "checkpoints" / "ckpt-500.pt").act(obs)
+    last = load_policy(tmp_path / layout.CHECKPOINTS / "ckpt-500.pt").act(obs)
     assert final["step"] == 500 and final["actions"] == last.actions.tolist()
     np.testing.assert_allclose(final["values"], last.values, rtol=1e-5, atol=1e-6)
 

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from a3c_ray.commands.cli import main
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
 from a3c_ray.rundir.storage import RunStorage, is_uri
-from a3c_ray.runtime.driver import train
+from a3c_ray.runtime.session import train
 
 from .conftest import small_config
 
@@ -21,10 +22,10 @@ def test_local_paths_are_used_in_place(tmp_path: Path) -> None:
     s = RunStorage(tmp_path / "run")
     assert not s.remote and s.local == tmp_path / "run" and not s.exists()
     s.local.mkdir()
-    (s.local / "config.yaml").write_text("x: 1\n")
-    s.upload("config.yaml")  # nothing to copy
+    (s.local / layout.CONFIG).write_text("x: 1\n")
+    s.upload(layout.CONFIG)  # nothing to copy
     assert (
-        s.exists() and s.has("config.yaml") and s.download("config.yaml") == s.local / "config.yaml"
+        s.exists() and s.has(layout.CONFIG) and s.download(layout.CONFIG) == s.local / layout.CONFIG
     )
 
 
@@ -35,19 +36,19 @@ def test_uri_round_trip_through_the_staging_directory(
     uri = f"file://{tmp_path}/remote/run"
     s = RunStorage(uri)
     assert is_uri(uri) and s.remote and str(tmp_path / "staging") in str(s.local) and not s.exists()
-    (s.local / "checkpoints").mkdir(parents=True)
-    torch.save({"a": torch.ones(2)}, s.local / "checkpoints" / "ckpt-10.pt")
-    (s.local / "checkpoints" / "latest").write_text("ckpt-10.pt\n")
+    (s.local / layout.CHECKPOINTS).mkdir(parents=True)
+    torch.save({"a": torch.ones(2)}, s.local / layout.CHECKPOINTS / "ckpt-10.pt")
+    (s.local / layout.CHECKPOINTS / layout.LATEST).write_text("ckpt-10.pt\n")
     for rel in ("checkpoints/ckpt-10.pt", "checkpoints/latest"):
         s.upload(rel)
-    remote = tmp_path / "remote" / "run" / "checkpoints"
+    remote = tmp_path / "remote" / "run" / layout.CHECKPOINTS
     assert sorted(p.name for p in remote.iterdir()) == [
         "ckpt-10.pt",
         "latest",
     ]  # no temp names left
     shutil.rmtree(s.local)  # another node: nothing staged yet
     local = RunStorage(uri).download_checkpoints()
-    assert (local / "latest").read_text() == "ckpt-10.pt\n"
+    assert (local / layout.LATEST).read_text() == "ckpt-10.pt\n"
     assert torch.equal(torch.load(local / "ckpt-10.pt", weights_only=True)["a"], torch.ones(2))
     s.delete("checkpoints/latest")
     assert not s.has("checkpoints/latest") and s.exists()
@@ -66,18 +67,21 @@ def test_training_into_a_uri_then_resuming_from_it(ray_session: None, tmp_path: 
     remote = tmp_path / "shared" / "run"
     result = train(small_config(uri, run__max_steps=8_000, monitor__eval_every=0.5))
     assert result.exit_code == 0, result.summary
-    assert (remote / "config.yaml").exists() and list((remote / "tb").glob("events.out.tfevents.*"))
-    summary = json.loads((remote / "summary.json").read_text())
+    assert (remote / layout.CONFIG).exists() and list(
+        (remote / layout.TENSORBOARD).glob("events.out.tfevents.*")
+    )
+    summary = json.loads((remote / layout.SUMMARY).read_text())
     assert summary["run_dir"] == uri and summary["stopped_because"] == "max_steps"
-    ckpts = list_checkpoints(remote / "checkpoints")
+    ckpts = list_checkpoints(remote / layout.CHECKPOINTS)
     assert (
         ckpts
-        and load_checkpoint(remote / "checkpoints" / "latest")["env_steps"] == summary["env_steps"]
+        and load_checkpoint(remote / layout.CHECKPOINTS / layout.LATEST)["env_steps"]
+        == summary["env_steps"]
     )
     assert len(ckpts) <= 3 + 1  # pruned at the URI too: the last 3 and the best
 
     shutil.rmtree(RunStorage(uri).local)  # resume on a "node" that has no staged copy
     assert main(["train", "--resume", uri, "--max-steps", "12000", "--no-progress"]) == 0
-    resumed = json.loads((remote / "summary.json").read_text())
+    resumed = json.loads((remote / layout.SUMMARY).read_text())
     assert resumed["env_steps"] >= 12_000 and resumed["resumed_from"] is not None
     assert resumed["version"] > summary["version"]

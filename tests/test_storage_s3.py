@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from a3c_ray.commands.cli import main
-from a3c_ray.runtime.driver import train
+from a3c_ray.runtime.session import train
 
 from .conftest import moto_s3, small_config
 

@@ -19,8 +19,9 @@ from a3c_ray.algo.models import build_model, num_params
 from a3c_ray.commands.cli import main
 from a3c_ray.commands.evaluate import evaluate_checkpoint
 from a3c_ray.config import Config
+from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint
-from a3c_ray.runtime.driver import train
+from a3c_ray.runtime.session import train
 
 from .conftest import free_port, small_config
 
@@ -72,7 +73,7 @@ def test_two_workers_solve_cartpole_to_450_within_500k_steps(
     assert s["stopped_because"] == "target", s
     assert s["mean_return_100"] >= 450 and s["steps_to_target"] <= 500_000
     assert s["seconds_to_target"] > 0 and s["gradient_updates"] > 0 and s["workers"] == 2
-    assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(s))
+    assert json.loads((run_dir / layout.SUMMARY).read_text()) == json.loads(json.dumps(s))
     for key in (
         "env_id",
         "workers",
@@ -94,22 +95,22 @@ def test_two_workers_solve_cartpole_to_450_within_500k_steps(
     assert len(s["worker_nodes"]) == 1
 
     # The resolved config is saved and loads back.
-    saved = Config.load(run_dir / "config.yaml")
+    saved = Config.load(run_dir / layout.CONFIG)
     assert saved.run.workers == 2 and saved.run.target_return == 450
 
     # Checkpoints: files, pointers, weights_only loads.
-    ckpts = list_checkpoints(run_dir / "checkpoints")
+    ckpts = list_checkpoints(run_dir / layout.CHECKPOINTS)
     assert (
         ckpts
-        and (run_dir / "checkpoints" / "latest").exists()
-        and (run_dir / "checkpoints" / "best").exists()
+        and (run_dir / layout.CHECKPOINTS / layout.LATEST).exists()
+        and (run_dir / layout.CHECKPOINTS / layout.BEST).exists()
     )
     raw = torch.load(ckpts[-1], weights_only=True)
     assert raw["env_id"] == "CartPole-v1" and raw["env_steps"] == int(ckpts[-1].stem.split("-")[1])
-    assert load_checkpoint(run_dir / "checkpoints" / "latest")["path"] == s["checkpoint"]
+    assert load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)["path"] == s["checkpoint"]
 
     # TensorBoard: the training charts and the evaluations.
-    tags = read_tags(run_dir / "tb")
+    tags = read_tags(run_dir / layout.TENSORBOARD)
     for tag in (
         M.EPISODIC_RETURN,
         M.EPISODIC_LENGTH,
@@ -127,7 +128,7 @@ def test_two_workers_solve_cartpole_to_450_within_500k_steps(
     assert max(v for _, v in tags[M.EPISODIC_RETURN]) == 500.0
 
     # The best checkpoint plays well under `eval`.
-    res = evaluate_checkpoint(run_dir / "checkpoints" / "best", episodes=20, seed=7)
+    res = evaluate_checkpoint(run_dir / layout.CHECKPOINTS / layout.BEST, episodes=20, seed=7)
     assert res["mean_return"] >= 400, res
 
 
@@ -142,14 +143,14 @@ def test_two_shards_on_a_bfloat16_wire_solve_cartpole(ray_session: None, tmp_pat
     s = result.summary
     assert result.exit_code == 0 and s["stopped_because"] == "target", s
     assert s["gradients_dropped"] == 0 and s["ps_restarts"] == 0
-    ckpt = load_checkpoint(run_dir / "checkpoints" / "latest")
+    ckpt = load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)
     assert (
         ckpt["params"].numel() == num_params(build_model(cfg.model, (4,), 2))
         and ckpt["version"] == s["version"]
     )
     assert ckpt["optimizer"]["state"][0]["square_avg"].numel() == ckpt["params"].numel()
-    assert read_tags(run_dir / "tb").get(M.UPDATE_NORM), "no step size chart"
-    res = evaluate_checkpoint(run_dir / "checkpoints" / "best", episodes=20, seed=7)
+    assert read_tags(run_dir / layout.TENSORBOARD).get(M.UPDATE_NORM), "no step size chart"
+    res = evaluate_checkpoint(run_dir / layout.CHECKPOINTS / layout.BEST, episodes=20, seed=7)
     assert res["mean_return"] >= 400, res
 
 
@@ -163,10 +164,10 @@ def test_a_box_action_space_trains_on_ray_and_eval_plays_its_checkpoint(
     result = train(cfg)
     s = result.summary
     assert result.exit_code == 0 and s["stopped_because"] == "max_steps", s
-    assert Config.load(run_dir / "config.yaml").model.policy == "gaussian"
-    ckpt = load_checkpoint(run_dir / "checkpoints" / "latest")
+    assert Config.load(run_dir / layout.CONFIG).model.policy == "gaussian"
+    ckpt = load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)
     assert ckpt["model"]["policy"] == "gaussian" and ckpt["n_actions"] == 1
-    res = evaluate_checkpoint(run_dir / "checkpoints" / "latest", episodes=2, seed=3)
+    res = evaluate_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST, episodes=2, seed=3)
     assert res["mean_length"] == 200 and -2000 < res["mean_return"] <= 0, res
 
 
@@ -265,7 +266,7 @@ def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
     )
     try:
         deadline = time.monotonic() + 120
-        while not (run_dir / "checkpoints" / "latest").exists():  # training is under way
+        while not (run_dir / layout.CHECKPOINTS / layout.LATEST).exists():  # training is under way
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no checkpoint within 120 s"
             time.sleep(0.5)
@@ -275,9 +276,9 @@ def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads((run_dir / layout.SUMMARY).read_text())
     assert summary["stopped_because"] == "interrupted"
-    final = load_checkpoint(run_dir / "checkpoints" / "latest")
+    final = load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)
     assert final["env_steps"] == summary["env_steps"]
 
 
@@ -304,7 +305,7 @@ def test_two_runs_side_by_side_each_get_a_dashboard(tmp_path: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 120
-        while not (tmp_path / "first" / "checkpoints" / "latest").exists():
+        while not (tmp_path / "first" / layout.CHECKPOINTS / layout.LATEST).exists():
             assert first.poll() is None, first.communicate()
             assert time.monotonic() < deadline, "the first run did not start training"
             time.sleep(0.5)
@@ -340,8 +341,8 @@ def test_two_runs_side_by_side_each_get_a_dashboard(tmp_path: Path) -> None:
     assert ports[0] != ports[1]
     if ports[0] == "8265":
         assert "8265 is taken by another Ray on this machine" in second.stderr
-    assert json.loads((tmp_path / "second" / "summary.json").read_text())["env_steps"] >= 4000
-    assert json.loads((tmp_path / "first" / "summary.json").read_text())["stopped_because"] == (
+    assert json.loads((tmp_path / "second" / layout.SUMMARY).read_text())["env_steps"] >= 4000
+    assert json.loads((tmp_path / "first" / layout.SUMMARY).read_text())["stopped_because"] == (
         "interrupted"
     )
 

@@ -15,6 +15,7 @@ from a3c_ray.commands.cli import main
 from a3c_ray.config import Config
 from a3c_ray.config.space import Sampler, parse, samplers, space_problems
 from a3c_ray.errors import ConfigError
+from a3c_ray.rundir import layout
 
 pytest.importorskip("ray.tune", reason="a3c-ray tune needs the tune extra")
 
@@ -269,9 +270,9 @@ def test_a_two_sample_search_names_its_best_trial(
     for t in res["trials"]:
         assert 1e-3 <= t["values"]["algo.lr"] <= 1e-2
         assert t["env_steps"] >= 6000  # each trial trained its whole budget
-        summary = json.loads((Path(t["run_dir"]) / "summary.json").read_text())
+        summary = json.loads((Path(t["run_dir"]) / layout.SUMMARY).read_text())
         assert summary["stopped_because"] == "max_steps"
-        saved = Config.load(Path(t["run_dir"]) / "config.yaml")
+        saved = Config.load(Path(t["run_dir"]) / layout.CONFIG)
         assert saved.algo.lr == t["values"]["algo.lr"]  # the run used the trial's value
     best = res["best"]
     assert best["mean_return_100"] == max(t["mean_return_100"] for t in res["trials"])
@@ -324,14 +325,17 @@ def test_pbt_continues_a_poor_trial_from_a_good_ones_checkpoint(
     exploits = [json.loads(line) for line in (results / "pbt_global.txt").read_text().splitlines()]
     assert exploits
     runs = Path(res["trials"][0]["run_dir"]).parent
-    segments = [d for d in runs.iterdir() if (d / "segment.json").is_file()]
+    segments = [d for d in runs.iterdir() if (d / layout.SEGMENT).is_file()]
     assert segments  # run directories of trials that went on from a checkpoint
     from_other = 0
     for d in segments:
-        seg = json.loads((d / "segment.json").read_text())
-        summary = json.loads((d / "summary.json").read_text())
+        seg = json.loads((d / layout.SEGMENT).read_text())
+        summary = json.loads((d / layout.SUMMARY).read_text())
         # The ParameterServer started from the copy the search put in the run directory ...
-        assert Path(summary["resumed_from"]) == d / "checkpoints" / Path(seg["restored_from"]).name
+        assert (
+            Path(summary["resumed_from"])
+            == d / layout.CHECKPOINTS / Path(seg["restored_from"]).name
+        )
         # ... of a Tune checkpoint, and trained on from its step count.
         assert "/checkpoint_" in seg["restored_from"]
         assert summary["env_steps"] > seg["env_steps"] > 0
@@ -341,7 +345,7 @@ def test_pbt_continues_a_poor_trial_from_a_good_ones_checkpoint(
     restored = [t for t in res["trials"] if t["restored_from"]]
     assert restored
     for t in restored:
-        saved_cfg = Config.load(Path(t["run_dir"]) / "config.yaml")
+        saved_cfg = Config.load(Path(t["run_dir"]) / layout.CONFIG)
         assert saved_cfg.algo.lr == pytest.approx(t["values"]["algo.lr"])
 
 

@@ -7,7 +7,7 @@ Three figures, in emulator frames per second (one agent step is ``FRAME_SKIP`` =
 - ``env_fps``: one training env (AtariPreprocessing, frame stack, life loss, clipping) stepped with
   random actions, per CPU second: the emulator plus preprocessing, still without a model.
 - ``train_fps``: frames per second of a real training run with ``workers`` Workers on Ray
-  (``driver.train``), counted from the first gradient applied to the end of the run.
+  (``session.train``), counted from the first gradient applied to the end of the run.
 
 ``ratio = train_fps / raw_ale_fps`` is how many cores of bare emulation the whole system is worth;
 divided by the number of Workers, it is how much of a bare emulator each Worker's core delivers.
@@ -194,7 +194,7 @@ def measure(
     Starts an embedded Ray unless one is connected or ``address`` names a cluster; the run
     directory is temporary.
     """
-    from a3c_ray.runtime.driver import train
+    from a3c_ray.runtime.session import train
 
     raw = raw_ale_fps(env_id)
     with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:

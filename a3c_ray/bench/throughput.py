@@ -32,7 +32,7 @@ from a3c_ray.envs.make import (
     is_atari,
     make_vector_env,
 )
-from a3c_ray.runtime import driver
+from a3c_ray.runtime.session import RunSession
 
 WARMUP_SECONDS = 1.0
 """Training seconds left out of the window: actor start-up and the first pushes are not steady."""
@@ -152,37 +152,29 @@ def bench_config(cfg: Config) -> Config:
     return c
 
 
-class _MeasuredRun(driver.Run):
-    """The driver's Run, keeping each progress snapshot the watch loop reads."""
-
-    def __init__(self, cfg: Config, run_dir: Path, workers: int):
-        self.samples: list[Progress] = []
-        super().__init__(cfg, run_dir, workers)
-
-    def _refresh(self, bar: tqdm, p: Progress) -> None:
-        self.samples.append(p)
-
-
 def train_throughput(cfg: Config, workers: int, seconds: float) -> dict[str, Any]:
     """Train for ``WARMUP_SECONDS + seconds`` with ``workers`` Workers; rates over the last ``seconds``."""
     c = bench_config(cfg)
     c.run.workers, c.run.time_limit, c.run.progress = workers, WARMUP_SECONDS + seconds, False
+    samples: list[Progress] = []
     with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
-        run = _MeasuredRun(c, Path(tmp) / f"bench-{workers}w", workers)
+        c.run.run_dir = str(Path(tmp) / f"bench-{workers}w")
+        session = RunSession.checked(c, on_progress=samples.append)
+        session.prepare()
         try:
-            run.start()
+            run = session.start()
             run.watch(tqdm(disable=True))
+            results = dict(run.results)
+            summary, _ = session.end(interrupted=False, evaluate=False)  # no game to wait for
         finally:
-            run.shutdown()
-        if run.errors:
-            raise RuntimeError("; ".join(run.errors))
-    out = window_rates(run.samples, WARMUP_SECONDS)
-    stop = next((p for p in run.samples if p.stop_reason), run.samples[-1])
+            session.close()
+        if summary.get("errors"):
+            raise RuntimeError("; ".join(summary["errors"]))
+    out = window_rates(samples, WARMUP_SECONDS)
+    stop = next((p for p in samples if p.stop_reason), samples[-1])
     out["workers"] = workers
     out["staleness_max"] = stop.staleness_max
-    out["per_worker"] = [
-        worker_split(run.results[i], stop.train_seconds) for i in sorted(run.results)
-    ]
+    out["per_worker"] = [worker_split(results[i], stop.train_seconds) for i in sorted(results)]
     return out
 
 

@@ -34,28 +34,23 @@ from a3c_ray.rundir import layout
 
 def train_seed(cfg: Config, seed: int, run_dir: Path) -> None:
     """One whole run of ``cfg`` with ``seed`` on the connected Ray, into ``run_dir``."""
-    import time
-
     from tqdm import tqdm
 
-    from a3c_ray.runtime import driver
+    from a3c_ray.runtime.session import RunSession
 
     c = Config.from_dict(cfg.to_dict())
     c.run.seed, c.run.progress = seed, False
     c.run.target_return = None  # never stop at the first success: what follows it is measured
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / layout.CONFIG).write_text(c.to_yaml())
-    run = driver.Run(c, run_dir, c.run.workers or 1)
-    t0 = time.monotonic()
+    c.run.run_dir = str(run_dir)
+    session = RunSession.checked(c, existing_ok=True)
+    session.prepare()
     try:
-        run.start()
-        run.watch(tqdm(total=c.run.max_steps, disable=True))
-        summary = run.finish(t0)
+        session.start().watch(tqdm(total=c.run.max_steps, disable=True))
+        summary, _ = session.end(interrupted=False)
     finally:
-        run.shutdown()
-    if run.errors:
-        raise RuntimeError("; ".join(run.errors))
-    (run_dir / layout.SUMMARY).write_text(json.dumps(summary, indent=2))
+        session.close()
+    if summary.get("errors"):
+        raise RuntimeError("; ".join(summary["errors"]))
 
 
 def measure_in_process(

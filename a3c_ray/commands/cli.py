@@ -250,7 +250,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         # and Windows) keeps every node service on the loopback address; it is read when ray is
         # first imported, hence here, before the driver imports it.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    from a3c_ray.runtime.driver import train
+    from a3c_ray.runtime.session import train
 
     cfg, note = config_and_note(args)
     if note:

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     options = ServeOptions.from_dict(options_from_args(args))
     policy = first_policy(options)  # exit 2 on a bad checkpoint, before Ray is imported
     from a3c_ray.runtime import serving
-    from a3c_ray.runtime.driver import sigterm_as_interrupt
+    from a3c_ray.runtime.session import sigterm_as_interrupt
 
     with sigterm_as_interrupt():
         try:

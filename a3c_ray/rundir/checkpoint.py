@@ -10,8 +10,6 @@ numbers and strings, loadable with ``torch.load(weights_only=True)``.
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,36 +19,10 @@ import torch
 
 from a3c_ray.errors import CheckpointError
 from a3c_ray.rundir import layout
-from a3c_ray.rundir.storage import fetch_checkpoint, is_uri
+from a3c_ray.rundir.storage import atomic_write, fetch_checkpoint, is_uri
 
 FORMAT = "a3c-ray/1"
 REQUIRED_KEYS = ("format", "env_id", "model", "obs_shape", "n_actions", "params", "env_steps")
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
-    """Call ``write(file)`` on a temp file beside ``path``, then fsync and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
 
 
 def write_pointer(path: Path, target: str) -> None:

@@ -5,6 +5,7 @@
     RUN_DIR/
       config.yaml              the run's whole config, written before training starts
       summary.json             written when the run ends (RunSummary)
+      segment.json             a Tune trial's run that continued another's checkpoint: which one
       tb/                      TensorBoard events of the Monitor
       checkpoints/
         ckpt-<env_steps>.pt    the newest monitor.keep_checkpoints of them
@@ -17,6 +18,7 @@ import re
 
 CONFIG = "config.yaml"
 SUMMARY = "summary.json"
+SEGMENT = "segment.json"
 TENSORBOARD = "tb"
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,32 @@ def is_uri(path: str | os.PathLike[str]) -> bool:
 
 def staging_root() -> Path:
     return Path(os.environ.get("A3C_RAY_STAGING", Path(tempfile.gettempdir()) / "a3c-ray-staging"))
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
+    """Call ``write(file)`` on a temp file beside ``path``, then fsync and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
 
 
 class RunStorage:
@@ -75,6 +102,12 @@ class RunStorage:
         return bool(self.fs.exists(self._remote(rel)))
 
     # -- moving files --------------------------------------------------------------------------
+    def write_text(self, rel: str, text: str) -> None:
+        """Write the file ``rel`` atomically: staged in the local directory, then copied to the
+        run directory (a URI's)."""
+        atomic_write(self.local / rel, lambda f: f.write(text.encode()))
+        self.upload(rel)
+
     def upload(self, rel: str) -> None:
         """Copy the local file ``rel`` to the run directory (nothing to do for a local run)."""
         if not self.remote:

@@ -1,4 +1,5 @@
-"""The driver: connects to Ray, starts the actors of one run, watches them and ends the run.
+"""The actors of one run (``Run``): started, watched, and ended; ``a3c_ray.runtime.session``
+owns the run's life around them (its directory, config, summary and signals).
 
 It is the only place that waits on actor futures. The loop has the shape of Ray's parameter-server
 example: a dict of in-flight refs and ``ray.wait`` over it, with a timeout so that the Monitor is
@@ -21,36 +22,26 @@ import contextlib
 import logging
 import math
 import os
-import signal
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import ray
 from tqdm import tqdm
 
-from a3c_ray.algo import choices
 from a3c_ray.algo import parameter_server as ps_mod
 from a3c_ray.algo.messages import CheckpointMeta, Progress, WorkerResult
 from a3c_ray.config import Config
-from a3c_ray.envs.make import action_size, env_problems, env_spaces, resolve_policy
+from a3c_ray.envs.make import action_size, env_spaces
 from a3c_ray.envs.spaces import recorded_spaces
-from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, one_line
-from a3c_ray.rundir import layout
-from a3c_ray.rundir.checkpoint import atomic_write
-from a3c_ray.rundir.prepare import check_run_dir, prepare_run_dir
+from a3c_ray.errors import one_line
 from a3c_ray.rundir.storage import RunStorage
-from a3c_ray.rundir.summary import RunSummary, summary_json
+from a3c_ray.rundir.summary import RunSummary
 from a3c_ray.runtime import actors
-from a3c_ray.runtime.cluster import connect
 from a3c_ray.runtime.metrics import DriverMetrics
 from a3c_ray.runtime.placement import (
-    default_workers,
-    get_current_placement_group,
     shard_placement,
-    start_shortfall,
     worker_placement,
 )
 from a3c_ray.runtime.ps_group import ParameterServerGroup
@@ -64,62 +55,6 @@ FINAL_CHECKPOINT_TIMEOUT = 600.0
 log = logging.getLogger("a3c_ray")
 
 
-@dataclass
-class RunResult:
-    exit_code: int
-    summary: RunSummary
-    run_dir: str
-    errors: list[str] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def _handled(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
-    """``handler`` for ``signals`` while the block runs (in the main thread only: elsewhere
-    signals are left alone)."""
-    try:
-        previous = {s: signal.signal(s, handler) for s in signals}
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
-    """``ray job stop`` sends SIGTERM: treat it as Ctrl-C, so the run checkpoints and exits 130."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    return _handled((signal.SIGTERM,), handler)
-
-
-@contextlib.contextmanager
-def interrupts_held(while_: str, raise_after: bool = True) -> Iterator[list[int]]:
-    """Hold Ctrl-C and SIGTERM while the block runs; yield the signals that came.
-
-    With ``raise_after``, raise KeyboardInterrupt after the block if one came: the run's actors
-    are created under it, so an interrupted run always has the ParameterServer and the Monitor
-    that its final checkpoint needs. Without, the caller reads what came: a run's ending (the
-    grace, the final checkpoint, the summary and the shutdown) is held whole, so that a run never
-    ends without its summary or leaves its actors behind.
-    """
-    caught: list[int] = []
-
-    def hold(signum: int, frame: Any) -> None:
-        if not caught:
-            log.warning("a3c-ray: %s held until %s", signal.Signals(signum).name, while_)
-        caught.append(signum)
-
-    with _handled((signal.SIGINT, signal.SIGTERM), hold):
-        yield caught
-    if caught and raise_after:
-        raise KeyboardInterrupt
-
-
 class Run:
     """The actors of one run, and the loop that watches them.
 
@@ -129,8 +64,16 @@ class Run:
     busy at the end of the grace are killed too.
     """
 
-    def __init__(self, cfg: Config, storage: RunStorage | str | os.PathLike[str], workers: int):
+    def __init__(
+        self,
+        cfg: Config,
+        storage: RunStorage | str | os.PathLike[str],
+        workers: int,
+        on_progress: Callable[[Progress], None] | None = None,
+    ):
         self.cfg = cfg
+        self.on_progress = on_progress
+        """Called with every snapshot of the run's counters that ``watch`` reads."""
         if not isinstance(storage, RunStorage):
             storage = RunStorage(storage)
         self.storage = storage
@@ -295,6 +238,8 @@ class Run:
             self.ps_group.resync()
             progress: Progress = ray.get(self.ps.progress.remote())
             self.progress = progress
+            if self.on_progress is not None:
+                self.on_progress(progress)
             stopping = progress.stop_reason is not None
             self._restart_due_workers(stopping)
             if stopping:
@@ -465,84 +410,3 @@ def _rate(steps: int, seconds: float) -> float | None:
 
 def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
-
-
-def write_file(storage: RunStorage, name: str, text: str) -> None:
-    """Write ``name`` atomically into the run directory (staged locally, then copied to a URI)."""
-    atomic_write(storage.local / name, lambda f: f.write(text.encode()))
-    storage.upload(name)
-
-
-def train(
-    cfg: Config,
-    address: str | None = None,
-    overwrite: bool = False,
-    resume: bool = False,
-    dashboard_host: str = "127.0.0.1",
-    dashboard_port: int | None = None,
-    existing_ok: bool = False,
-) -> RunResult:
-    """Run one training to its end. Bad input raises ConfigError before anything is written.
-
-    ``resume`` continues the run in ``run.run_dir``; ``existing_ok`` lets a new run start in a
-    directory that exists but holds no run yet (``--resume auto``)."""
-    cfg.check(choices.problems, env_problems)
-    resolve_policy(cfg)
-    storage = check_run_dir(cfg, overwrite, resume, existing_ok)
-    run_dir = storage.location
-    started = connect(cfg, address, dashboard_host, dashboard_port)
-    prepare_run_dir(storage, overwrite and not resume)
-    run: Run | None = None
-    interrupted = False
-    summary = RunSummary(env_id=cfg.env.id, run_dir=str(run_dir))
-    bar = tqdm(
-        total=cfg.run.max_steps,
-        unit="step",
-        unit_scale=True,
-        dynamic_ncols=True,
-        disable=not cfg.run.progress,
-        mininterval=0.5,
-    )
-    try:
-        cfg.run.workers = cfg.run.workers or default_workers(cfg, started)
-        write_file(storage, layout.CONFIG, cfg.to_yaml())
-        if get_current_placement_group() is None:  # a Tune trial's resources are reserved
-            shortfall = start_shortfall(cfg, cfg.run.workers)
-            if shortfall:
-                log.warning("a3c-ray: %s", shortfall)
-        t0 = time.monotonic()
-        with sigterm_as_interrupt():
-            try:
-                with interrupts_held("the run's actors are created"):
-                    run = Run(cfg, storage, cfg.run.workers)
-                    run.create_actors()
-                run.start()
-                run.watch(bar)
-            except KeyboardInterrupt:
-                interrupted = True
-        with interrupts_held("the run's final checkpoint is written", raise_after=False) as held:
-            if interrupted and run is not None:
-                run.interrupt()
-            bar.close()
-            if run is not None:
-                summary = run.finish(t0, evaluate=not interrupted)
-            else:
-                summary = RunSummary(**summary, stopped_because=ps_mod.STOP_INTERRUPTED, errors=[])
-            write_file(storage, layout.SUMMARY, summary_json(summary))
-        interrupted = interrupted or bool(held)
-    finally:
-        with interrupts_held("the run's actors and Ray are shut down", raise_after=False) as held:
-            bar.close()
-            if run is not None:
-                run.shutdown()
-            if started:
-                ray.shutdown()
-        interrupted = interrupted or bool(held)
-    errors: list[str] = list(summary.get("errors", []))
-    if interrupted:
-        code = EXIT_INTERRUPTED
-    elif errors or summary.get("stopped_because") == ps_mod.STOP_ERROR:
-        code = EXIT_FAILURE
-    else:
-        code = EXIT_OK
-    return RunResult(code, summary, run_dir, errors)

@@ -37,19 +37,17 @@ from a3c_ray.errors import ConfigError, one_line
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager, resolve, write_pointer
 from a3c_ray.rundir.checkpoint import load_checkpoint as load_checkpoint_file
-from a3c_ray.rundir.prepare import check_run_dir, prepare_run_dir
-from a3c_ray.rundir.summary import RunSummary, summary_json
+from a3c_ray.rundir.summary import RunSummary
 from a3c_ray.runtime import actors
-from a3c_ray.runtime.driver import Run, write_file
+from a3c_ray.runtime.driver import Run
 from a3c_ray.runtime.placement import group_bundles
+from a3c_ray.runtime.session import RunSession
 
 log = logging.getLogger("a3c_ray")
 EXPERIMENT = "search"  # Tune's experiment folder under OUT
 RUNS = "runs"  # the trials' run directories under OUT
 TUNE_CHECKPOINT = "a3c-ray"  # the folder of a3c-ray's checkpoint inside a Tune checkpoint
-SEARCH_CONFIG = "search.yaml"
-# In a trial's run directory that started from a checkpoint: the Tune checkpoint it came from.
-SEGMENT = "segment.json"  # the search's whole config (tune section included), under OUT  # the folder of a3c-ray's checkpoint inside a Tune checkpoint
+SEARCH_CONFIG = "search.yaml"  # the search's whole config (tune section included), under OUT
 
 
 def domain(s: Sampler) -> Any:
@@ -127,9 +125,9 @@ class A3C(tune.Trainable):
             n += 1
             name = f"{self.trial_id}-{n}"
         self.cfg = trial_config(self.base, self.values, str(Path(self.runs_dir) / name))
-        self.storage = check_run_dir(self.cfg, overwrite=False, resume=False)
-        prepare_run_dir(self.storage, overwrite=False)
-        write_file(self.storage, layout.CONFIG, self.cfg.to_yaml())
+        self.session = RunSession.checked(self.cfg)
+        self.session.prepare()
+        self.storage = self.session.storage
         self.run, self.final_checkpoint, self.summary = None, None, {}
         self.started = False
 
@@ -137,9 +135,8 @@ class A3C(tune.Trainable):
         if self.setup_error is not None:
             raise RuntimeError(one_line(self.setup_error))
         if self.run is None:
-            self.run = Run(self.cfg, self.storage, int(self.cfg.run.workers or 1))
-            self.t0, self.started = time.monotonic(), True
-            self.run.start()
+            self.started = True
+            self.run = self.session.start()
         run = self.run
         deadline = time.monotonic() + self.cfg.tune.report_every
         while not (done := run.watch(None, until=deadline)) and math.isnan(self._metric()):
@@ -184,15 +181,8 @@ class A3C(tune.Trainable):
         run, self.run = self.run, None
         if run is None:
             return
-        try:
-            if interrupted:
-                run.interrupt()
-            summary = run.finish(self.t0, evaluate=not interrupted)
-            if interrupted:
-                summary["stopped_because"] = ps_mod.STOP_INTERRUPTED
-            write_file(self.storage, layout.SUMMARY, summary_json(summary))
-        finally:
-            run.shutdown()
+        stopped = ps_mod.STOP_INTERRUPTED if interrupted else None
+        summary, _ = self.session.end(interrupted, stopped_because=stopped)
         self.summary = summary
         self.final_checkpoint = summary.get("checkpoint")
         if summary.get("errors") or summary.get("stopped_because") == ps_mod.STOP_ERROR:
@@ -229,7 +219,7 @@ class A3C(tune.Trainable):
         self.restored_from = str(src)
         steps = int(load_checkpoint_file(src)["env_steps"])
         record = {"trial": self.trial_id, "restored_from": str(src), "env_steps": steps}
-        write_file(self.storage, SEGMENT, json.dumps(record) + "\n")
+        self.storage.write_text(layout.SEGMENT, json.dumps(record) + "\n")
 
     def cleanup(self) -> None:
         with contextlib.suppress(Exception):  # stopped by the search: nothing to report to it
