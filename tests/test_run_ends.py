@@ -144,14 +144,18 @@ def test_status_names_waiting_workers_and_why_and_scale_refuses_more_than_fit(
 
 
 DRIVER = """
-import json, sys
+import json, logging, sys
 import ray
 from a3c_ray.config import Config
 from a3c_ray.runtime.session import train
 ray.init(num_cpus=int(sys.argv[2]), include_dashboard=False, _node_ip_address="127.0.0.1")
+logging.basicConfig(level=logging.INFO, format="%(message)s")
 cfg = Config.from_dict(json.loads(sys.argv[1]))
 sys.exit(train(cfg).exit_code)
 """
+
+STOPPING = "a3c-ray: stopping (time_limit)"
+"""What the driver logs once it stops and waits for its Workers."""
 
 
 def interruptible() -> None:
@@ -164,6 +168,12 @@ def started(run_dir: Path) -> bool:
 
 def training(run_dir: Path) -> bool:
     return (run_dir / layout.CHECKPOINTS / layout.LATEST).exists()
+
+
+def stopping(run_dir: Path) -> bool:
+    """The run has stopped and waits for its Workers: read from the driver's log (``STOPPING``),
+    not from the run directory."""
+    return False
 
 
 @pytest.mark.parametrize(
@@ -180,21 +190,22 @@ def training(run_dir: Path) -> bool:
             4,
             training,
         ),
-        # Ctrl-C after the time limit, while the run waits out the grace for stuck Workers.
+        # Ctrl-C after the time limit, while the run waits out the grace for stuck Workers (they
+        # are stuck long before the 10 s limit: 300 steps take well under a second).
         (
             "stopping, Workers stuck",
-            {"env.id": STUCK_ENV_ID, "env.kwargs": {"stuck_after": 300}, "run.time_limit": 2},
+            {"env.id": STUCK_ENV_ID, "env.kwargs": {"stuck_after": 300}, "run.time_limit": 10},
             4,
-            training,
+            stopping,
         ),
     ],
 )
 def test_ctrl_c_ends_the_run_within_the_grace_and_keeps_a_checkpoint_and_summary(
     tmp_path: Path, state: str, sets: dict[str, object], cpus: int, when: object
 ) -> None:
-    # A run that stops at its time limit waits this long for its stuck Workers: Ctrl-C then
-    # comes inside that wait however slow the machine is to write the first checkpoint.
-    grace = 30.0 if "stopping" in state else 5.0
+    # A run that stops at its time limit waits this long for its stuck Workers: Ctrl-C comes
+    # inside that wait however slow the machine is.
+    grace = 30.0 if when is stopping else 5.0
     cfg = small_config(
         tmp_path / "run",
         run__max_steps=10**9,
@@ -207,27 +218,39 @@ def test_ctrl_c_ends_the_run_within_the_grace_and_keeps_a_checkpoint_and_summary
     run_dir = Path(cfg.run.run_dir or "")
     proc = subprocess.Popen(
         [sys.executable, "-c", DRIVER, json.dumps(cfg.to_dict()), str(cpus)],
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "RAY_ADDRESS": ""},
         preexec_fn=interruptible,
     )
+    lines: list[str] = []
+    stopped = threading.Event()
+
+    def read_log() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith(STOPPING):
+                stopped.set()
+
+    reader = threading.Thread(target=read_log, daemon=True)
+    reader.start()
     try:
         deadline = time.monotonic() + 180
-        while not when(run_dir):  # type: ignore[operator]
-            assert proc.poll() is None, proc.communicate()
+        while not (stopped.is_set() if when is stopping else when(run_dir)):  # type: ignore[operator]
+            assert proc.poll() is None, "".join(lines)
             assert time.monotonic() < deadline, f"not {state} within 180 s"
             time.sleep(0.2)
-        if "stopping" in state:
-            time.sleep(4)  # past the 2 s time limit: the run waits for its stuck Workers
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=grace + 2 * SLACK)
+        proc.wait(timeout=grace + 2 * SLACK)
         ended_in = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             proc.kill()
+        reader.join(timeout=10)
+    err = "".join(lines)
     assert proc.returncode == 130, err
     assert ended_in < grace + SLACK, (state, ended_in)
     summary = json.loads((run_dir / layout.SUMMARY).read_text())

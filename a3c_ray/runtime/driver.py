@@ -280,6 +280,13 @@ class Run:
         now = time.monotonic()
         if self.stopping_since is None:
             self.stopping_since = now
+            reason = self.progress.stop_reason if self.progress is not None else None
+            log.info(
+                "a3c-ray: stopping (%s): waiting up to %g s (run.stop_grace) for %d Workers",
+                reason,
+                self.cfg.run.stop_grace,
+                len(self.pending),
+            )
         overdue = now - self.stopping_since >= self.cfg.run.stop_grace
         for ref, i in list(self.pending.items()):
             never_started = not ray.wait([self.started[i]], timeout=0)[0]
