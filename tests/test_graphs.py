@@ -137,7 +137,8 @@ def test_a_push_sent_again_after_its_graph_failed_is_applied_once_on_every_shard
     cfg = Config()
     cfg.ps.shards, cfg.ps.graph_workers = 2, 1
     handles = [shard(cfg, tmp_path, "again", k) for k in range(2)]
-    server = GraphServer(actors.ShardedServer(handles, cfg), 0, "here", ["here", "there"])
+    calls = actors.ShardedServer(handles, cfg)
+    server = GraphServer(calls, 0, "here", ["here", "there"], cfg.algo.max_staleness)
     version = server.pull().version
     server.graphs = {0: AppliedThenBroke(handles[0])}  # shard 0 by graph, shard 1 by call
     size = initial_params(cfg, META.obs_shape, META.n_actions).size

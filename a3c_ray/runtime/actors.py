@@ -258,7 +258,9 @@ class WorkerShell(Worker):
         server: ShardedServer | GraphServer = calls
         if self.cfg.ps.graph_workers > 0:
             nodes = ray.get([h.node_id.remote() for h in shards])
-            server = GraphServer(calls, self.index, self.node_id(), nodes)
+            server = GraphServer(
+                calls, self.index, self.node_id(), nodes, self.cfg.algo.max_staleness
+            )
         self.handle_reply(server.pull())
 
         def push(p: GradientPush) -> PushReply:

@@ -27,12 +27,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import ray
 
 from a3c_ray.algo.messages import GradientPush, PushReply
-from a3c_ray.algo.shards import coordinator_judges
+from a3c_ray.algo.shards import ShardRouter, coordinator_judges
 from a3c_ray.config import MAX_GRAPH_WORKERS
 from a3c_ray.runtime.remote import resolve
 
@@ -61,18 +61,38 @@ def _teardown(graph: Any) -> None:
         graph.teardown()
 
 
+class ShardCalls(Protocol):
+    """What a GraphServer uses of the shards reached by actor calls (``actors.ShardedServer``)."""
+
+    handles: list[Any]
+    """The shard actors, coordinator first."""
+    router: ShardRouter | None
+    """Splits pushes and merges replies; set by the first ``pull``."""
+
+    def pull(self) -> PushReply: ...
+
+    def send(self, p: GradientPush) -> Callable[[], PushReply]: ...
+
+
 class GraphServer:
     """A Worker's side of the shards when some are reached by compiled graphs: the others, and
-    every fallback, by the actor calls of ``calls`` (``actors.ShardedServer``), whose router
-    splits the pushes and merges the replies."""
+    every fallback, by the actor calls of ``calls``, whose router splits the pushes and merges
+    the replies. ``max_staleness`` is the run's ``algo.max_staleness``."""
 
-    def __init__(self, calls: Any, worker: int, node: str, shard_nodes: list[str]):
+    def __init__(
+        self,
+        calls: ShardCalls,
+        worker: int,
+        node: str,
+        shard_nodes: list[str],
+        max_staleness: int | None,
+    ):
         self.calls = calls
-        self.handles: list[Any] = calls.handles
+        self.handles = calls.handles
         self.worker = worker
         # Graphs only to shards on this Worker's node: shared memory, no network; none where the
         # other shards wait for the coordinator's verdict on staleness, which calls carry.
-        judged = coordinator_judges(len(shard_nodes), calls.cfg.algo.max_staleness)
+        judged = coordinator_judges(len(shard_nodes), max_staleness)
         self.local = [] if judged else [k for k, n in enumerate(shard_nodes) if n == node]
         self.graphs: dict[int, Any] = {}
         self.failures = 0
@@ -120,6 +140,7 @@ class GraphServer:
         if not self.graphs:
             return self.calls.send(p)
         router = self.calls.router
+        assert router is not None, "pull the weights before the first push"
         parts = router.split(p)
         graphs = self.graphs  # (a failure rebinds self.graphs; this push keeps its own)
         try:
