@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import Any, TypedDict, cast
 
+from a3c_ray.algo.messages import Progress
 from a3c_ray.rundir import layout
 
 
@@ -59,6 +62,25 @@ class RunSummary(TypedDict, total=False):
     failures: list[str]
     """The last 20 Worker failures, one line each."""
     errors: list[str]
+
+
+FROM_PROGRESS = {"gradient_updates": "gradients_applied", "stopped_because": "stop_reason"}
+"""The summary's keys that ``Progress`` names otherwise; every other key the two share is the same
+counter under the same name."""
+
+
+def progress_part(p: Progress) -> RunSummary:
+    """The keys of a summary that the ParameterServer's counters give (seconds to the
+    millisecond, a mean return of NaN as null)."""
+    fields = {f.name for f in dataclasses.fields(p)}
+    out: dict[str, Any] = {}
+    for key in RunSummary.__annotations__:
+        name = FROM_PROGRESS.get(key, key)
+        if name in fields:
+            out[key] = getattr(p, name)
+    out["train_seconds"] = round(p.train_seconds, 3)
+    out["mean_return_100"] = p.mean_return_100 if math.isfinite(p.mean_return_100) else None
+    return cast(RunSummary, out)
 
 
 def read_summary(run_dir: str | Path) -> RunSummary:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import ray
 from tqdm import tqdm
@@ -37,7 +36,7 @@ from a3c_ray.envs.make import action_size, env_spaces
 from a3c_ray.envs.spaces import recorded_spaces
 from a3c_ray.errors import one_line
 from a3c_ray.rundir.storage import RunStorage
-from a3c_ray.rundir.summary import RunSummary
+from a3c_ray.rundir.summary import RunSummary, progress_part
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.metrics import DriverMetrics
 from a3c_ray.runtime.placement import (
@@ -365,33 +364,19 @@ class Run:
                 errors=self.errors,
             )
         nodes = sorted({r.node_id for r in self.results.values() if r.node_id is not None})
-        return RunSummary(
+        rest = RunSummary(
             env_id=self.cfg.env.id,
             workers=self.current_workers,
             workers_max=self.n_workers,
-            env_steps=p.env_steps,
-            gradient_updates=p.gradients_applied,
-            train_seconds=round(p.train_seconds, 3),
             wall_seconds=round(time.monotonic() - started_at, 3),
             stopping_seconds=self.stopping_seconds,
             env_steps_per_second=_rate(p.env_steps - self.start_steps, p.train_seconds),
             target_return=self.cfg.run.target_return,
-            seconds_to_target=p.seconds_to_target,
-            steps_to_target=p.steps_to_target,
-            mean_return_100=_finite(p.mean_return_100),
-            episodes=p.episodes,
             best_eval_return=self.monitor_report.get("best_eval_return"),
             last_eval_return=self.monitor_report.get("last_eval_return"),
             checkpoint=self.monitor_report.get("checkpoint"),
             eval_failures=self.monitor_report.get("eval_failures", 0),
-            stopped_because=p.stop_reason,
             worker_restarts=self.total_worker_restarts(),
-            ps_restarts=p.ps_restarts,
-            env_restarts=p.env_restarts,
-            gradients_dropped=p.gradients_dropped,
-            staleness_mean=p.staleness_mean,
-            staleness_max=p.staleness_max,
-            version=p.version,
             resumed_from=self.restored_from,
             worker_nodes=nodes,
             pushes=sum(r.pushes for r in self.results.values()),
@@ -402,6 +387,7 @@ class Run:
             failures=self.failure_log[-20:],
             errors=self.errors,
         )
+        return cast(RunSummary, {**progress_part(p), **rest})
 
     def shutdown(self) -> None:
         for actor in [*self.workers.values(), self.monitor, *self.shards]:
@@ -413,7 +399,3 @@ class Run:
 
 def _rate(steps: int, seconds: float) -> float | None:
     return steps / seconds if seconds else None
-
-
-def _finite(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
