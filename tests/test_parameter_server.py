@@ -406,6 +406,7 @@ def test_a_new_call_of_the_server_actor_is_locked_or_named_here() -> None:
         "load_state_dict",
         "gradients_dropped",
         "mean_return_100",
+        "reset",
         "target_reached",
         "train_seconds",
         "weights",

@@ -62,6 +62,12 @@ class ParameterServer:
         self.meta = meta
         self.shard = shard
         self.wire_dtype = cfg.ps.wire_dtype
+        self.reset(init_params, restore)
+
+    def reset(self, init_params: np.ndarray, restore: dict[str, Any] | None = None) -> None:
+        """Start over from ``init_params``, or from ``restore`` (a checkpoint's state): weights,
+        optimizer statistics, counters, stop and a new lineage, as a new server would."""
+        cfg = self.cfg
         self.flat = torch.nn.Parameter(torch.tensor(np.asarray(init_params, dtype=np.float32)))
         self.optimizer = make_optimizer([self.flat], cfg.algo)
         # Each pushed gradient is copied into this one buffer (arrays from Ray are read-only).

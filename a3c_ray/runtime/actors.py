@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush, PushReply, WorkerResult
@@ -58,6 +59,17 @@ def _as_stored(storage: RunStorage, state: dict[str, Any] | None) -> dict[str, A
     return state
 
 
+def _shard_of(
+    cfg: Config, meta: CheckpointMeta, shard: int, restore: dict[str, Any] | None
+) -> tuple[np.ndarray, dict[str, Any] | None]:
+    """Shard ``shard``'s slice of the initial weights (from the seed), and of ``restore``."""
+    init = initial_params(cfg, meta.obs_shape, meta.n_actions)
+    lo, hi = shard_bounds(init.size, cfg.ps.shards)[shard]
+    if restore is not None and restore["params"].numel() == init.size:
+        restore = slice_state(restore, lo, hi)  # (another size is refused by the check)
+    return init[lo:hi], restore
+
+
 class ParameterServerShell(ParameterServer):
     """The Ray actor of one shard (the whole ParameterServer when ``ps.shards`` is 1). Ray restarts
     it after a crash; it then resumes from the newest checkpoint, and the driver rolls the other
@@ -75,9 +87,9 @@ class ParameterServerShell(ParameterServer):
         self.run_dir = run_dir
         # The run directory may be a URI: restore from this node's copy of its checkpoints.
         storage = RunStorage(run_dir)
-        self._start(
-            cfg, meta, shard, _as_stored(storage, newest_good_state(storage.download_checkpoints()))
-        )
+        restore = _as_stored(storage, newest_good_state(storage.download_checkpoints()))
+        init, restore = _shard_of(cfg, meta, shard, restore)
+        ParameterServer.__init__(self, cfg, init, meta, restore, shard)
         with warnings.catch_warnings():  # Ray's own deprecation notice from inside this property
             warnings.simplefilter("ignore", DeprecationWarning)
             if ray.get_runtime_context().was_current_actor_reconstructed:
@@ -86,15 +98,6 @@ class ParameterServerShell(ParameterServer):
         self.graph_holders: set[int] = set()  # Workers pushing by compiled graph
         # One exporter of the run's counters: the coordinator's.
         self.metrics = ParameterServerMetrics(run, self) if shard == 0 else None
-
-    def _start(
-        self, cfg: Config, meta: CheckpointMeta, shard: int, restore: dict[str, Any] | None
-    ) -> None:
-        init = initial_params(cfg, meta.obs_shape, meta.n_actions)
-        lo, hi = shard_bounds(init.size, cfg.ps.shards)[shard]
-        if restore is not None and restore["params"].numel() == init.size:
-            restore = slice_state(restore, lo, hi)  # (another size is refused by the check)
-        ParameterServer.__init__(self, cfg, init[lo:hi], meta, restore, shard)
 
     @_serialized
     def reload(self, checkpoint: str | None) -> str:
@@ -107,7 +110,8 @@ class ParameterServerShell(ParameterServer):
             storage = RunStorage(self.run_dir)
             local = storage.download_checkpoints()
             state = _as_stored(storage, load_checkpoint(local / checkpoint.rsplit("/", 1)[-1]))
-        self._start(self.cfg, self.meta, self.shard, state)  # type: ignore[arg-type]
+        assert self.meta is not None
+        self.reset(*_shard_of(self.cfg, self.meta, self.shard, state))
         self.restarts = max(self.restarts, restarts) + 1
         return self.lineage
 
