@@ -155,7 +155,7 @@ def costs(cfg: Config, seconds: float = 10.0) -> Costs:
     return Costs(1000.0 * worker_cpu / steps, 1000.0 * ps_cpu / pushes, steps // pushes)
 
 
-def bench_config(
+def atari_config(
     env_id: str, workers: int, seconds: float, lstm: bool, num_envs: int, run_dir: Path
 ) -> Config:
     """The paper's settings (as in configs/pong.yaml), stopped by a time limit, one final eval."""
@@ -179,7 +179,7 @@ def bench_config(
     return cfg
 
 
-def measure(
+def atari_throughput(
     env_id: str = "ALE/Pong-v5",
     workers: int = 2,
     seconds: float = 60.0,
@@ -198,7 +198,7 @@ def measure(
 
     raw = raw_ale_fps(env_id)
     with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
-        cfg = bench_config(env_id, workers, seconds, lstm, num_envs, Path(tmp) / "run")
+        cfg = atari_config(env_id, workers, seconds, lstm, num_envs, Path(tmp) / "run")
         pre = env_fps(cfg.env)
         cost = costs(cfg, cost_seconds) if cost_seconds > 0 else None
         summary = train(cfg, address=address).summary
@@ -239,7 +239,9 @@ def main() -> None:
     cfg = Config()
     cfg.env.id = a.env
     with session(cfg, a.workers, None, None):
-        res = measure(a.env, a.workers, a.seconds, a.lstm, a.envs_per_worker, None, a.cost_seconds)
+        res = atari_throughput(
+            a.env, a.workers, a.seconds, a.lstm, a.envs_per_worker, None, a.cost_seconds
+        )
     print(json.dumps(res.to_dict()))
 
 

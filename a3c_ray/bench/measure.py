@@ -56,7 +56,7 @@ def measure(cfg: Config, counts: list[int], t: Times) -> dict[str, Any]:
             if processes > 1:
                 parallel.append(throughput.raw_limit_parallel(cfg, t.raw_seconds, processes))
             if throughput.frames_per_step(cfg) > 1:
-                ale.append(raw_ale_fps(cfg, t.raw_seconds))
+                ale.append(bare_emulator_fps(cfg, t.raw_seconds))
             ps_runs.append(
                 {
                     "in_process": ps_server.ps_in_process(cfg, t.ps_seconds),
@@ -159,7 +159,7 @@ def profile(cfg: Config, t: Times) -> dict[str, Any]:
     }
 
 
-def raw_ale_fps(cfg: Config, seconds: float) -> float:
+def bare_emulator_fps(cfg: Config, seconds: float) -> float:
     """Frames/s of one bare emulator (``atari.raw_ale_fps``), for roughly ``seconds``."""
     from a3c_ray.bench.atari import raw_ale_fps as bare
 

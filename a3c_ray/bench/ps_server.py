@@ -18,7 +18,7 @@ from a3c_ray.algo import wire
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush
 from a3c_ray.algo.parameter_server import ParameterServer, initial_params
 from a3c_ray.algo.shards import ShardRouter
-from a3c_ray.bench.throughput import bench_config, model_size
+from a3c_ray.bench.throughput import model_size, unbounded
 from a3c_ray.config import Config, PSConfig
 from a3c_ray.envs.make import action_size, env_spaces
 from a3c_ray.rundir import layout
@@ -43,7 +43,7 @@ def _pushes(cfg: Config, size: int, n: int = 8, seed: int = 0) -> list[GradientP
 
 def ps_in_process(cfg: Config, seconds: float) -> dict[str, float]:
     """Applications per second of a plain ParameterServer: check, clip, optimizer step, weights."""
-    c = bench_config(cfg)
+    c = unbounded(cfg)
     c.ps = PSConfig()  # one whole server, nothing on a wire
     obs_space, act_space = env_spaces(c.env)
     threads = torch.get_num_threads()
@@ -137,7 +137,7 @@ def ps_load(
 
     if graph:
         in_flights = [n for n in in_flights if n <= GRAPH_THREADS]
-    c = bench_config(cfg)
+    c = unbounded(cfg)
     obs_space, act_space = env_spaces(c.env)
     meta = CheckpointMeta.of(c, obs_space.shape, action_size(act_space))
     size = model_size(c)

@@ -259,7 +259,7 @@ def _median_ms(fn: Any, budget_s: float = 0.5) -> float:
     return 1e3 * statistics.median(times)
 
 
-def measure(
+def serve_load(
     models: list[str],
     clients: list[int],
     ingresses: list[str],

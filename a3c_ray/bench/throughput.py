@@ -145,7 +145,7 @@ def raw_limit_parallel(cfg: Config, seconds: float, processes: int) -> dict[str,
     }
 
 
-def bench_config(cfg: Config) -> Config:
+def unbounded(cfg: Config) -> Config:
     """A copy of ``cfg`` that trains until the bench stops it: no target, time or step limit."""
     c = copy.deepcopy(cfg)
     c.run.target_return, c.run.time_limit, c.run.max_steps = None, None, 2**62
@@ -154,7 +154,7 @@ def bench_config(cfg: Config) -> Config:
 
 def train_throughput(cfg: Config, workers: int, seconds: float) -> dict[str, Any]:
     """Train for ``WARMUP_SECONDS + seconds`` with ``workers`` Workers; rates over the last ``seconds``."""
-    c = bench_config(cfg)
+    c = unbounded(cfg)
     c.run.workers, c.run.time_limit, c.run.progress = workers, WARMUP_SECONDS + seconds, False
     samples: list[Progress] = []
     with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:

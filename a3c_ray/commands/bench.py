@@ -142,7 +142,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bench_chaos.add_arguments(p)
 
 
-def bench_config(args: argparse.Namespace) -> Config:
+def config_of(args: argparse.Namespace) -> Config:
     """The config under test: the defaults with the flags and ``--set`` items applied."""
     from a3c_ray.configs import starting_config
 
@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
         return bs.read_stability(args)
     if args.serve:
         return bench_serve.run(args)
-    cfg = bench_config(args)
+    cfg = config_of(args)
     if args.chaos:
         return bench_chaos.run(cfg, args)
     if args.seeds is not None:

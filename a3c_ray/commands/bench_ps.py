@@ -107,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--clients", type=int, default=2, help="synthetic client actors (default 2)")
 
 
-def measure(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
+def ps_scale(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
     """Every (shards, wire dtype, pushes in flight), ``args.repeat`` times: medians and every run."""
     load_before = os.getloadavg()[0]
     rows: dict[tuple[str, int, str, bool, int], list[dict[str, Any]]] = {}
@@ -206,6 +206,6 @@ def format_table(r: dict[str, Any]) -> str:
 
 
 def run_ps_scale(cfg: Config, args: argparse.Namespace) -> int:
-    report = measure(cfg, args)
+    report = ps_scale(cfg, args)
     print(json.dumps(report) if args.json else format_table(report))
     return 0

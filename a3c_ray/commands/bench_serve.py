@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(problems)
     from a3c_ray.bench import serving
 
-    report = serving.measure(
+    report = serving.serve_load(
         args.serve_models,
         args.serve_clients,
         args.serve_ingress,

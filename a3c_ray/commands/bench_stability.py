@@ -106,7 +106,7 @@ def report(
     }
 
 
-def measure(
+def measure_on_ray(
     cfg: Config,
     seeds: list[int],
     target: float,
@@ -265,7 +265,7 @@ def read_stability(args: argparse.Namespace) -> int:
 def run_stability(cfg: Config, args: argparse.Namespace) -> int:
     """``--seeds N``: train N seeds in turn and report how each learned and held (bench_stability)."""
     target = stability_target(cfg, args)
-    assert target is not None  # bench_config checked
+    assert target is not None  # config_of checked
     floor = default_floor(target, args.floor)
     seeds = (
         list(args.seeds)
@@ -281,7 +281,7 @@ def run_stability(cfg: Config, args: argparse.Namespace) -> int:
     if args.in_process:
         out = measure_in_process(cfg, seeds, target, floor, args.trace_every, echo)
     else:
-        out = measure(
+        out = measure_on_ray(
             cfg, seeds, target, floor, args.runs_dir, args.address, args.dashboard_port, echo
         )
     print(json.dumps(out) if args.json else format_stability(out))
