@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from a3c_ray.commands.cli import TRAIN_FLAGS
+from a3c_ray.commands.flags import TRAIN_FLAGS
 from a3c_ray.config.docs import field_docs, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]

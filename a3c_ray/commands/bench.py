@@ -27,7 +27,7 @@ from a3c_ray.algo import choices
 from a3c_ray.bench import measure as bench_measure
 from a3c_ray.bench import throughput as bm
 from a3c_ray.bench.report import format_profile, format_report
-from a3c_ray.commands import bench_chaos, bench_ps, bench_serve
+from a3c_ray.commands import bench_chaos, bench_ps, bench_serve, flags
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
@@ -55,20 +55,14 @@ def _levels(text: str) -> list[float]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", help="gymnasium environment id (default CartPole-v1)")
-    p.add_argument(
-        "--config",
-        help="a YAML config file or a shipped config name (pong, cartpole, ...) to start from",
-    )
-    p.add_argument("--workers", type=int, help="Workers to train with (default: one per CPU)")
+    flags.add_field_flags(p, ("--env", "--workers", "--envs-per-worker", "--t-max"))
+    flags.add_config_flags(p)
     p.add_argument(
         "--scaling",
         type=_counts,
         metavar="N,N,...",
         help="also measure training with each of these numbers of Workers, e.g. 1,2,4",
     )
-    p.add_argument("--envs-per-worker", type=int, help="environments per Worker (K)")
-    p.add_argument("--t-max", type=int, help="rollout length per gradient push")
     p.add_argument(
         "--seconds",
         type=float,
@@ -96,21 +90,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="run every measurement this many times and report medians (default 1)",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="set any config field, as for train (repeatable)",
-    )
     p.add_argument("--address", help="Ray cluster to attach to (default: an embedded Ray)")
-    p.add_argument(
-        "--dashboard-port",
-        type=int,
-        default=None,
-        help="port of the embedded Ray's dashboard (default 8265, or a free port when another "
-        "Ray on this machine holds 8265)",
-    )
+    flags.add_dashboard_port_flag(p)
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument(
         "--profile",
@@ -146,16 +127,8 @@ def config_of(args: argparse.Namespace) -> Config:
     """The config under test: the defaults with the flags and ``--set`` items applied."""
     from a3c_ray.configs import starting_config
 
-    cfg, _ = starting_config(args.config, args.env)
-    problems = cfg.apply_sets(args.set)
-    for dest, value in (
-        ("env.id", args.env),
-        ("run.workers", args.workers),
-        ("env.num_envs", args.envs_per_worker),
-        ("algo.t_max", args.t_max),
-    ):
-        if value is not None:
-            cfg.set(dest, value)
+    cfg, _ = starting_config(args.config, getattr(args, "env.id"))
+    problems = flags.apply_field_flags(cfg, args)
     cfg.run.workers = cfg.run.workers or os.cpu_count() or 1
     for name in ("seconds", "raw_seconds", "ps_seconds"):
         if not getattr(args, name) > 0:

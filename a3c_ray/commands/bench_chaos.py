@@ -179,7 +179,7 @@ def run(cfg: Config, args: argparse.Namespace) -> int:
             [f"--chaos needs --target-return: neither the config nor {cfg.env.id} sets one"]
         )
     floor = args.floor if args.floor is not None else 2 * target / 3
-    workers = args.workers or plan.worker_nodes
+    workers = getattr(args, "run.workers") or plan.worker_nodes
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = (
         args.chaos_dir or Path("runs") / f"chaos-{cfg.env.id.replace('/', '_')}-{stamp}"

@@ -16,35 +16,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from a3c_ray import configs
+from a3c_ray.commands import flags
 from a3c_ray.config import Config
 from a3c_ray.configs import FOR_ENV
-from a3c_ray.configs import names as shipped_configs
 from a3c_ray.configs import resolve as resolve_config
 from a3c_ray.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, UsageError
 from a3c_ray.rundir import layout
-
-# Command-line flag -> config field. Every other field is reachable with --set or --config.
-TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
-    "--env": ("env.id", str, "gymnasium environment id (default CartPole-v1)"),
-    "--workers": ("run.workers", int, "number of Worker actors (default: one per CPU)"),
-    "--envs-per-worker": ("env.num_envs", int, "environments per Worker (K)"),
-    "--t-max": ("algo.t_max", int, "rollout length n per gradient push"),
-    "--max-steps": ("run.max_steps", int, "stop after this many env steps in total"),
-    "--target-return": (
-        "run.target_return",
-        float,
-        "stop when the mean of the last 100 episode returns reaches this",
-    ),
-    "--time-limit": ("run.time_limit", float, "stop after this many seconds of training"),
-    "--seed": ("run.seed", int, "root random seed"),
-    "--run-dir": (
-        "run.run_dir",
-        str,
-        "directory for config, checkpoints, TensorBoard and summary.json",
-    ),
-    "--lr": ("algo.lr", float, "learning rate"),
-    "--eval-every": ("monitor.eval_every", float, "seconds between evaluations and checkpoints"),
-}
 
 
 class Parser(argparse.ArgumentParser):
@@ -75,21 +52,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     t = sub.add_parser(
         "train", help="train an agent", description="Train an agent with A3C on Ray."
     )
-    for flag, (dest, typ, help_) in TRAIN_FLAGS.items():
-        t.add_argument(flag, dest=dest, type=typ, default=None, help=help_)
-    t.add_argument(
-        "--config",
-        type=Path,
-        help="YAML file of config sections (env, model, algo, run, monitor, ps, tune), or the "
-        "name of a shipped one: " + ", ".join(shipped_configs()),
-    )
-    t.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="set any config field, e.g. --set algo.gamma=0.98 (repeatable)",
-    )
+    flags.add_field_flags(t)
+    flags.add_config_flags(t)
     t.add_argument(
         "--no-env-config",
         action="store_true",
@@ -117,13 +81,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         default="127.0.0.1",
         help="address the embedded Ray dashboard listens on (default 127.0.0.1: this machine only)",
     )
-    t.add_argument(
-        "--dashboard-port",
-        type=int,
-        default=None,
-        help="port of the embedded Ray dashboard (default 8265, or a free port when another Ray "
-        "on this machine holds 8265)",
-    )
+    flags.add_dashboard_port_flag(t)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     e = sub.add_parser("eval", help="evaluate a checkpoint", description="Evaluate a checkpoint.")
@@ -231,11 +189,7 @@ def resume_config(args: argparse.Namespace) -> Config:
 
 def apply_overrides(cfg: Config, args: argparse.Namespace) -> None:
     """--set items, then the named flags, onto ``cfg``; every problem is reported at once."""
-    problems = cfg.apply_sets(args.set)
-    for dest, _, _ in TRAIN_FLAGS.values():
-        value = getattr(args, dest)
-        if value is not None:
-            cfg.set(dest, value)
+    problems = flags.apply_field_flags(cfg, args)
     if args.greedy:
         cfg.monitor.greedy = True
     if args.no_progress:

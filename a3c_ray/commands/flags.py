@@ -1,0 +1,76 @@
+"""The flags that set config fields, shared by ``train`` and ``bench``: one definition each."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+
+from a3c_ray.config import Config
+from a3c_ray.configs import names as shipped_configs
+
+TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
+    "--env": ("env.id", str, "gymnasium environment id (default CartPole-v1)"),
+    "--workers": ("run.workers", int, "number of Worker actors (default: one per CPU)"),
+    "--envs-per-worker": ("env.num_envs", int, "environments per Worker (K)"),
+    "--t-max": ("algo.t_max", int, "rollout length n per gradient push"),
+    "--max-steps": ("run.max_steps", int, "stop after this many env steps in total"),
+    "--target-return": (
+        "run.target_return",
+        float,
+        "stop when the mean of the last 100 episode returns reaches this",
+    ),
+    "--time-limit": ("run.time_limit", float, "stop after this many seconds of training"),
+    "--seed": ("run.seed", int, "root random seed"),
+    "--run-dir": (
+        "run.run_dir",
+        str,
+        "directory for config, checkpoints, TensorBoard and summary.json",
+    ),
+    "--lr": ("algo.lr", float, "learning rate"),
+    "--eval-every": ("monitor.eval_every", float, "seconds between evaluations and checkpoints"),
+}
+"""Command-line flag -> (config field, type, help). Every other field is reachable with --set
+or --config. A flag's value lands in ``args`` under its field's name (``getattr(args, "env.id")``)."""
+
+
+def add_field_flags(p: argparse.ArgumentParser, names: Iterable[str] | None = None) -> None:
+    """The flags of ``TRAIN_FLAGS`` named in ``names`` (all of them by default)."""
+    for flag in TRAIN_FLAGS if names is None else names:
+        dest, typ, help_ = TRAIN_FLAGS[flag]
+        p.add_argument(flag, dest=dest, type=typ, default=None, help=help_)
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    """``--config`` (a YAML file or a shipped config's name) and ``--set FIELD=VALUE``."""
+    p.add_argument(
+        "--config",
+        help="YAML file of config sections (env, model, algo, run, monitor, ps, tune), or the "
+        "name of a shipped one: " + ", ".join(shipped_configs()),
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="set any config field, e.g. --set algo.gamma=0.98 (repeatable)",
+    )
+
+
+def add_dashboard_port_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=None,
+        help="port of the embedded Ray dashboard (default 8265, or a free port when another Ray "
+        "on this machine holds 8265)",
+    )
+
+
+def apply_field_flags(cfg: Config, args: argparse.Namespace) -> list[str]:
+    """``--set`` items, then the field flags given, onto ``cfg``; returns every problem."""
+    problems = cfg.apply_sets(args.set)
+    for dest, _, _ in TRAIN_FLAGS.values():
+        value = getattr(args, dest, None)
+        if value is not None:
+            cfg.set(dest, value)
+    return problems
