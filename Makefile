@@ -39,7 +39,7 @@ fast: venv
 	$(BIN)/pytest -m "not ray and not slow" -q
 
 test: lint typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 bench: venv
 	$(BIN)/a3c-ray bench
