@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from a3c_ray.algo.messages import Progress, WorkerResult
 from a3c_ray.algo.models import build_model, num_params, sample_actions
@@ -163,7 +162,7 @@ def train_throughput(cfg: Config, workers: int, seconds: float) -> dict[str, Any
         session.prepare()
         try:
             run = session.start()
-            run.watch(tqdm(disable=True))
+            run.watch(None)  # no progress bar: on_progress keeps every snapshot
             results = dict(run.results)
             summary, _ = session.end(interrupted=False, evaluate=False)  # no game to wait for
         finally:

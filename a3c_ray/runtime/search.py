@@ -136,8 +136,12 @@ class A3C(tune.Trainable):
             raise RuntimeError(one_line(self.setup_error))
         if self.run is None:
             self.started = True
-            self.run = self.session.start()
+            try:
+                self.session.start()
+            finally:  # actors created by a start that failed half way are ended with the trial
+                self.run = self.session.run
         run = self.run
+        assert run is not None
         deadline = time.monotonic() + self.cfg.tune.report_every
         while not (done := run.watch(None, until=deadline)) and math.isnan(self._metric()):
             deadline = time.monotonic() + 1.0  # no value of the metric yet: train on
