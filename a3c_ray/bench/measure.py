@@ -93,11 +93,7 @@ def measure(cfg: Config, counts: list[int], t: Times) -> dict[str, Any]:
     }
     main = next(row for row in training if row["workers"] == cfg.run.workers)
     return {
-        "machine": {
-            **machine(),
-            "loadavg_before": load_before,
-            "loadavg_after": os.getloadavg()[0],
-        },
+        "machine": machine(load_before),
         "settings": {
             "env": cfg.env.id,
             "envs_per_worker": cfg.env.num_envs,
@@ -133,11 +129,7 @@ def profile(cfg: Config, t: Times) -> dict[str, Any]:
     run = median_run(runs, "env_steps_per_second")
     steps_per_push = cfg.env.num_envs * cfg.algo.t_max
     return {
-        "machine": {
-            **machine(),
-            "loadavg_before": load_before,
-            "loadavg_after": os.getloadavg()[0],
-        },
+        "machine": machine(load_before),
         "settings": {
             "env": cfg.env.id,
             "model": cfg.model.kind,
@@ -207,7 +199,8 @@ def bend_model(training: list[dict[str, Any]], ps_limit: float, cfg: Config) -> 
     }
 
 
-def machine() -> dict[str, Any]:
+def machine(load_before: float) -> dict[str, Any]:
+    """This machine and its software, with the load average before a measurement and now."""
     import gymnasium
     import torch
 
@@ -226,4 +219,6 @@ def machine() -> dict[str, Any]:
         "ray": cluster.ray_version(),
         "torch": torch.__version__,
         "gymnasium": gymnasium.__version__,
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg()[0],
     }
