@@ -55,7 +55,7 @@ def train_in_process(cfg: Config) -> float:
     w = Worker(cfg, 0, tuple(obs.shape), int(act.n))
     w.set_weights(ps.weights(), ps.version)
     w.run(ps.push)
-    return ps.mean_return_100()
+    return ps.coordinator.mean_return_100()
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ def test_an_evaluation_at_the_target_stops_the_run_after_its_checkpoint(
     report = monitor.tick(force_eval=True)
     monitor.close()
     assert report["last_eval_return"] >= 5.0
-    assert (ps.stop_reason == "target") is stops
+    assert (ps.coordinator.stop_reason == "target") is stops
     saved = load_checkpoint(tmp_path / layout.CHECKPOINTS / layout.LATEST)
     assert saved["env_steps"] == 0
     if stops:

@@ -86,7 +86,7 @@ def test_a_repeated_push_is_applied_once_and_answered_as_the_first_time() -> Non
         first.lineage,
     )
     assert again.weights is first.weights
-    assert (ps.version, ps.env_steps, ps.episodes) == (1, 10, 1)
+    assert (ps.version, ps.env_steps, ps.coordinator.episodes) == (1, 10, 1)
     # The Worker's next push, and a restarted Worker in the same slot counting from 0 again.
     assert ps.push(push(1.0, version=1, worker=1, seq=1, sender="a")).applied
     assert not ps.push(push(1.0, version=1, worker=1, seq=0, sender="a")).applied  # older
@@ -129,22 +129,22 @@ def test_stops_at_max_steps() -> None:
     assert not ps.push(push(steps=10)).stop
     assert not ps.push(push(steps=10, version=1)).stop
     reply = ps.push(push(steps=10, version=2))
-    assert reply.stop and ps.stop_reason == "max_steps"
+    assert reply.stop and ps.coordinator.stop_reason == "max_steps"
 
 
 def test_stops_when_mean_of_last_100_episodes_reaches_target() -> None:
     ps = make_ps(run__target_return=100.0)
     ps.push(push(episode_returns=[200.0] * 99, episode_lengths=[200] * 99))
-    assert ps.stop_reason is None  # 99 episodes are not 100, however good
+    assert ps.coordinator.stop_reason is None  # 99 episodes are not 100, however good
     reply = ps.push(push(version=1, episode_returns=[0.0], episode_lengths=[5]))
-    assert reply.stop and ps.stop_reason == "target"
-    assert ps.steps_to_target == 20 and ps.seconds_to_target is not None
-    assert ps.mean_return_100() == pytest.approx(198.0)
+    assert reply.stop and ps.coordinator.stop_reason == "target"
+    assert ps.coordinator.steps_to_target == 20 and ps.coordinator.seconds_to_target is not None
+    assert ps.coordinator.mean_return_100() == pytest.approx(198.0)
 
 
 def test_stops_at_time_limit() -> None:
     ps = make_ps(run__time_limit=1e-9)
-    assert ps.push(push()).stop and ps.stop_reason == "time_limit"
+    assert ps.push(push()).stop and ps.coordinator.stop_reason == "time_limit"
 
 
 def test_drain_stats_reports_episodes_and_losses_once() -> None:
@@ -168,7 +168,7 @@ def test_state_dict_round_trip_restores_weights_optimizer_and_counters() -> None
     other.load_state_dict(state)
     assert (other.version, other.env_steps, other.gradients_applied) == (3, 30, 3)
     np.testing.assert_array_equal(other.weights(), ps.weights())
-    assert list(other.recent_returns) == [0.0, 1.0, 2.0]
+    assert list(other.coordinator.recent_returns) == [0.0, 1.0, 2.0]
     # Same state, same next step: the optimizer statistics came back too.
     a, b = ps.push(push(0.3, version=3)), other.push(push(0.3, version=3))
     np.testing.assert_array_equal(a.weights, b.weights)
@@ -352,9 +352,11 @@ def test_restore_refuses_the_statistics_of_another_optimizer(saved: str, now: st
 def test_an_evaluation_stops_the_run_at_the_target_only_with_target_from_eval() -> None:
     by_eval = make_ps(run__target_return=18.0, run__target_from="eval")
     assert not by_eval.evaluation_reached(17.9, env_steps=1000, train_seconds=60.0)
-    assert by_eval.stop_reason is None
+    assert by_eval.coordinator.stop_reason is None
     by_eval.push(push(1.0, steps=5000, episode_returns=[21.0] * 100, episode_lengths=[900] * 100))
-    assert by_eval.stop_reason is None  # a training mean of 21 is not what this run stops on
+    assert (
+        by_eval.coordinator.stop_reason is None
+    )  # a training mean of 21 is not what this run stops on
     assert by_eval.evaluation_reached(18.3, env_steps=4000, train_seconds=240.0)
     p = by_eval.progress()
     assert p.stop_reason == "target"
@@ -363,7 +365,7 @@ def test_an_evaluation_stops_the_run_at_the_target_only_with_target_from_eval() 
 
     by_train = make_ps(run__target_return=18.0)
     assert not by_train.evaluation_reached(20.0, env_steps=4000, train_seconds=240.0)
-    assert by_train.stop_reason is None
+    assert by_train.coordinator.stop_reason is None
 
 
 def test_the_time_limit_is_reached_without_a_push_and_training_time_ends_at_the_stop() -> None:
@@ -405,9 +407,6 @@ def test_a_new_call_of_the_server_actor_is_locked_or_named_here() -> None:
         "check_compatible",
         "load_state_dict",
         "gradients_dropped",
-        "mean_return_100",
         "reset",
-        "target_reached",
-        "train_seconds",
         "weights",
     }

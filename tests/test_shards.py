@@ -113,7 +113,12 @@ def test_shards_apply_exactly_what_one_server_applies(optimizer: str, shards: in
     for key in ("version", "env_steps", "episodes", "gradients_applied"):
         assert merged[key] == whole[key], key
     assert torch.equal(merged["recent_returns"], whole["recent_returns"])
-    assert many.servers[1].episodes == 0  # episodes reach the coordinator alone
+    # Only the coordinator keeps the run's state: the other shards hold their slice alone.
+    assert many.servers[0].run is not None and many.servers[0].run.episodes == whole["episodes"]
+    assert all(s.run is None for s in many.servers[1:])
+    assert "episodes" not in many.servers[1].state_dict()
+    with pytest.raises(RuntimeError, match="shard 1 does not coordinate"):
+        many.servers[1].progress()
 
 
 def test_every_shard_drops_a_gradient_that_is_not_finite() -> None:
@@ -237,7 +242,7 @@ def test_a_gradient_goes_out_with_the_versions_of_the_weights_it_was_computed_fr
     parts = many.router.split(computed_on)
     assert [q.version for q in parts] == [1, 1]
     many.router.merge([s.push(q) for s, q in zip(many.servers, parts, strict=True)])
-    assert [s.staleness_max for s in many.servers] == [1, 1]
+    assert [s.drain_stats().staleness_max for s in many.servers] == [1, 1]
 
 
 def test_a_float16_push_that_overflows_on_the_wire_is_dropped_by_every_shard_and_counted() -> None:

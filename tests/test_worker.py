@@ -123,8 +123,8 @@ def test_single_worker_learns_cartpole_in_process() -> None:
     w = Worker(cfg, 0, tuple(obs.shape), int(act.n))
     w.set_weights(ps.weights(), ps.version)
     w.run(ps.push)
-    assert ps.mean_return_100() >= 150, (
-        f"mean return of the last 100 episodes {ps.mean_return_100():.1f}"
+    assert ps.coordinator.mean_return_100() >= 150, (
+        f"mean return of the last 100 episodes {ps.coordinator.mean_return_100():.1f}"
     )
 
 

@@ -42,7 +42,7 @@ def trace_row(ps: Any, s: WindowStats, max_grad_norm: float) -> dict[str, Any]:
     episodes = s.episodes
     return {
         "env_steps": ps.env_steps,
-        "mean_100": round(ps.mean_return_100(), 1) if ps.recent_returns else None,
+        "mean_100": round(ps.coordinator.mean_return_100(), 1) if ps.coordinator.episodes else None,
         "entropy": round(means.get("entropy", math.nan), 3),
         "value_loss": round(means.get("value_loss", math.nan), 2),
         "grad_norm": round(s.grad_norm or 0.0, 2),
@@ -80,7 +80,7 @@ def train(cfg: Config, workers: int, trace_every: int = 0) -> InProcessRun:
     trace: list[dict[str, Any]] = []
     next_trace, window_max = trace_every, 0.0
     t0 = time.perf_counter()
-    while ps.stop_reason is None:
+    while ps.coordinator.stop_reason is None:
         for i, w in enumerate(team):
             p = w.train_step()
             window_max = max(window_max, float(np.linalg.norm(p.grad)))
@@ -102,7 +102,7 @@ def train(cfg: Config, workers: int, trace_every: int = 0) -> InProcessRun:
             if trace_every and ps.env_steps >= next_trace:
                 trace.append(trace_row(ps, ps.drain_stats(), window_max))
                 next_trace, window_max = next_trace + trace_every, 0.0
-            if ps.stop_reason is not None:
+            if ps.coordinator.stop_reason is not None:
                 break
     for w in team:
         w.envs.close()

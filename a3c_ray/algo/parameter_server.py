@@ -3,33 +3,32 @@
 Workers push gradients computed from the weights of some version v. The server checks each
 gradient (finite, not too stale), clips it to a global norm, and applies it with one optimizer
 over one flat parameter vector, so RMSProp's or Adam's statistics are shared by every Worker (the
-paper's "shared RMSProp"). It also keeps the run's counters and decides when training stops.
+paper's "shared RMSProp").
 
 With ``ps.shards`` > 1 each shard is one ParameterServer over its slice of the weights
-(``a3c_ray.algo.shards``); shard 0's counters and stop decision are the run's.
+(``a3c_ray.algo.shards``). A shard holds what it uses: its weights, optimizer statistics, version
+and drops. Shard 0 (or the only one) also coordinates the run: its ``run`` (a ``Coordinator``)
+keeps the run's counters, its stop decision and its scaling; the other shards have none.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import time
 import uuid
-from collections import deque
 from typing import Any
 
 import numpy as np
 import torch
 
 from a3c_ray.algo import wire
+from a3c_ray.algo.coordinator import Coordinator
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply
 from a3c_ray.algo.optim import make_optimizer, optimizer_mismatch
 from a3c_ray.algo.stats import Window, WindowStats
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError
 
-STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
-STOP_INTERRUPTED, STOP_ERROR = "interrupted", "error"
 UPDATE_NORM_EVERY = 8
 """The size of the optimizer's step is measured on every 8th application (for its chart): the
 measurement costs a copy of the weights and two passes over them."""
@@ -48,7 +47,7 @@ class ParameterServer:
     """Applies gradients; with ``restore`` (a checkpoint's state), continues from it.
 
     As shard ``shard`` of several, ``init_params`` and ``restore`` are its slice of the weights
-    (``shards.slice_state``)."""
+    (``shards.slice_state``); shard 0 coordinates the run (``run``)."""
 
     def __init__(
         self,
@@ -76,36 +75,30 @@ class ParameterServer:
         # The weights before each step, so that the step's own size can be charted.
         self._before = torch.zeros_like(self._grad)
         self.version = 0
+        # Every shard counts every push's env steps: the learning-rate schedule follows them.
         self.env_steps = 0
         self.gradients_applied = 0
         self.dropped_nonfinite = 0
         self.dropped_stale = 0
         self.dropped_resync = 0
-        self.env_restarts = 0
         self.restarts = 0
-        self.worker_restarts = 0  # the driver's count, kept here to go into checkpoints
-        self.worker_steps: dict[int, int] = {}
         # Per Worker slot: the id of its last push, and whether it was applied and found stale.
         self._answered: dict[int, tuple[str, int, bool, bool]] = {}
-        self.desired_workers: int | None = None
-        self.retiring: set[int] = set()
-        self.episodes = 0
-        self.recent_returns: deque[float] = deque(maxlen=100)
-        self.staleness_sum = 0
-        self.staleness_max = 0
-        self.train_seconds_before = 0.0  # carried over from a resumed run
-        self.t_first: float | None = None
-        self.t_stop: float | None = None  # when the stop was decided: training time ends there
-        self.stop_reason: str | None = None
-        self.steps_to_target: int | None = None
-        self.seconds_to_target: float | None = None
         self._pending = Window()
         self._weights_cache: tuple[int, np.ndarray] | None = None
         self.lineage = uuid.uuid4().hex[:12]
         self.restored_from: str | None = None
+        self.run: Coordinator | None = Coordinator(cfg.run) if self.shard == 0 else None
         if restore is not None:
             self.load_state_dict(restore)
             self.restored_from = restore.get("path")
+
+    @property
+    def coordinator(self) -> Coordinator:
+        """The run's state; only the coordinating shard has it."""
+        if self.run is None:
+            raise RuntimeError(f"shard {self.shard} does not coordinate the run: ask shard 0")
+        return self.run
 
     # -- the hot path ------------------------------------------------------------------------
     def push(self, p: GradientPush) -> PushReply:
@@ -122,9 +115,12 @@ class ParameterServer:
                 "a push to one shard of several must carry the norm of the whole gradient"
             )
         self.env_steps += p.env_steps
-        self.env_restarts += p.env_restarts
-        self.worker_steps[p.worker] = self.worker_steps.get(p.worker, 0) + p.env_steps
-        self._record_episodes(p)
+        if self.run is not None:
+            self.run.record_push(p)
+        for r, length in zip(p.episode_returns, p.episode_lengths, strict=True):
+            if self.run is not None:
+                self.run.record_episode(r)
+            self._pending.episodes.append((self.env_steps, float(r), int(length)))
         staleness = self.version - p.version
         stale = (
             p.stale
@@ -148,16 +144,18 @@ class ParameterServer:
             self._apply(self._grad, norm, staleness)
             applied = True
         self._pending.add_push(p.stats)
-        self._check_stop()
+        if self.run is not None:
+            self.run.check_stop(self.env_steps)
         if p.seq >= 0:
             self._answered[p.worker] = (p.sender, p.seq, applied, stale and not applied)
         return self._reply(p, applied, stale and not applied)
 
     def _reply(self, p: GradientPush, applied: bool, stale: bool) -> PushReply:
-        """The newest weights when the Worker's are behind, the version, and whether to stop."""
+        """The newest weights when the Worker's are behind, the version, and whether to stop (the
+        coordinator's word: the other shards never say stop)."""
         moved = self.version != p.version or bool(p.lineage and p.lineage != self.lineage)
         weights = self.weights() if moved else None
-        stop = self.stop_reason is not None or p.worker in self.retiring
+        stop = self.run is not None and self.run.stops(p.worker)
         return PushReply(weights, self.version, stop, applied, self.lineage, stale)
 
     def _repeat(self, p: GradientPush) -> PushReply | None:
@@ -175,8 +173,8 @@ class ParameterServer:
         return self._reply(p, applied, stale)
 
     def _apply(self, grad: torch.Tensor, norm: float, staleness: int) -> None:
-        if self.t_first is None:
-            self.t_first = time.monotonic()
+        if self.run is not None:
+            self.run.record_update(staleness)
         max_norm = self.cfg.algo.max_grad_norm
         if max_norm is not None and norm > max_norm:
             grad.mul_(max_norm / (norm + 1e-6))
@@ -194,54 +192,9 @@ class ParameterServer:
         update_norm = float(torch.linalg.vector_norm(self._before.sub_(flat))) if measure else None
         self.version += 1
         self.gradients_applied += 1
-        self.staleness_sum += staleness
-        self.staleness_max = max(self.staleness_max, staleness)
         self._pending.add_update(staleness, norm, update_norm)
 
-    def _record_episodes(self, p: GradientPush) -> None:
-        for r, length in zip(p.episode_returns, p.episode_lengths, strict=True):
-            self.recent_returns.append(float(r))
-            self.episodes += 1
-            self._pending.episodes.append((self.env_steps, float(r), int(length)))
-
-    def _check_stop(self) -> None:
-        if self.stop_reason is not None:
-            return
-        target = self.cfg.run.target_return
-        if target is not None and self.cfg.run.target_from == "train" and self.target_reached():
-            self.steps_to_target = self.env_steps
-            self.seconds_to_target = self.train_seconds()
-            self._stop(STOP_TARGET)
-        elif self.env_steps >= self.cfg.run.max_steps:
-            self._stop(STOP_MAX_STEPS)
-        elif (
-            self.cfg.run.time_limit is not None and self.train_seconds() >= self.cfg.run.time_limit
-        ):
-            self._stop(STOP_TIME_LIMIT)
-
-    def _stop(self, reason: str) -> None:
-        self.stop_reason = reason
-        self.t_stop = time.monotonic()
-
     # -- reads -------------------------------------------------------------------------------
-    def target_reached(self) -> bool:
-        target = self.cfg.run.target_return
-        return (
-            target is not None
-            and len(self.recent_returns) == self.recent_returns.maxlen
-            and self.mean_return_100() >= target
-        )
-
-    def mean_return_100(self) -> float:
-        return float(np.mean(self.recent_returns)) if self.recent_returns else math.nan
-
-    def train_seconds(self) -> float:
-        """Seconds of training: from the first gradient applied to now, or to the stop decision
-        (Workers that take a while to stop after it add nothing), plus those of earlier sittings."""
-        end = time.monotonic() if self.t_stop is None else self.t_stop
-        now = 0.0 if self.t_first is None else max(0.0, end - self.t_first)
-        return self.train_seconds_before + now
-
     def weights(self) -> np.ndarray:
         """The current flat weights as the wire carries them; one copy per version, shared by
         every reader of it."""
@@ -255,9 +208,11 @@ class ParameterServer:
         return self.weights(), self.version, self.lineage
 
     def progress(self) -> Progress:
+        """The run's counters at this moment (the coordinator's)."""
+        run = self.coordinator
         # The time limit is reached between pushes too: when every Worker is stuck or unplaced,
         # the driver's polling is what stops the run.
-        self._check_stop()
+        run.check_stop(self.env_steps)
         n = max(self.gradients_applied, 1)
         return Progress(
             env_steps=self.env_steps,
@@ -267,20 +222,20 @@ class ParameterServer:
             dropped_nonfinite=self.dropped_nonfinite,
             dropped_stale=self.dropped_stale,
             dropped_resync=self.dropped_resync,
-            env_restarts=self.env_restarts,
+            env_restarts=run.env_restarts,
             ps_restarts=self.restarts,
             restored_from=self.restored_from,
-            worker_steps=dict(self.worker_steps),
-            desired_workers=self.desired_workers,
-            episodes=self.episodes,
-            mean_return_100=self.mean_return_100(),
-            staleness_mean=self.staleness_sum / n,
-            staleness_max=self.staleness_max,
-            train_seconds=self.train_seconds(),
-            stop_reason=self.stop_reason,
-            steps_to_target=self.steps_to_target,
-            seconds_to_target=self.seconds_to_target,
-            worker_restarts=self.worker_restarts,
+            worker_steps=dict(run.worker_steps),
+            desired_workers=run.desired_workers,
+            episodes=run.episodes,
+            mean_return_100=run.mean_return_100(),
+            staleness_mean=run.staleness_sum / n,
+            staleness_max=run.staleness_max,
+            train_seconds=run.train_seconds(),
+            stop_reason=run.stop_reason,
+            steps_to_target=run.steps_to_target,
+            seconds_to_target=run.seconds_to_target,
+            worker_restarts=run.worker_restarts,
         )
 
     def drain_stats(self) -> WindowStats:
@@ -291,41 +246,26 @@ class ParameterServer:
     def gradients_dropped(self) -> int:
         return self.dropped_nonfinite + self.dropped_stale + self.dropped_resync
 
-    # -- elastic scaling: `a3c-ray scale` asks, the driver acts ----------------------------------
+    # -- the coordinator's calls, as the actor serves them -----------------------------------
     def set_workers(self, n: int) -> None:
-        """Ask for ``n`` Workers; the driver adds or retires Workers to match."""
-        if n < 1:
-            raise ValueError(f"a run needs at least one Worker, not {n}")
-        self.desired_workers = n
+        self.coordinator.set_workers(n)
 
     def retire(self, worker: int) -> None:
-        """Tell Worker ``worker`` to stop at its next push (its slot is not restarted)."""
-        self.retiring.add(worker)
+        self.coordinator.retire(worker)
 
     def note_worker_restarts(self, total: int) -> None:
-        """The run's Worker restarts so far, as the driver counts them (resumes included), to be
-        kept in checkpoints. A count older than one already known changes nothing."""
-        self.worker_restarts = max(self.worker_restarts, int(total))
+        self.coordinator.note_worker_restarts(total)
 
     def evaluation_reached(self, mean: float, env_steps: int, train_seconds: float) -> bool:
-        """An evaluation of the weights of ``env_steps`` (``train_seconds`` of training) scored
-        ``mean``: with ``run.target_from: eval``, the run stops when that reaches the target, and
-        it reached it at those steps and seconds. True when it did."""
-        target = self.cfg.run.target_return
-        if self.cfg.run.target_from != "eval" or target is None or not mean >= target:
-            return False
-        if self.stop_reason is None:
-            self.steps_to_target, self.seconds_to_target = env_steps, train_seconds
-            self._stop(STOP_TARGET)
-        return True
+        return self.coordinator.evaluation_reached(mean, env_steps, train_seconds)
 
     def request_stop(self, reason: str) -> None:
-        if self.stop_reason is None:
-            self._stop(reason)
+        self.coordinator.stop(reason)
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything a checkpoint needs: weights, optimizer statistics, version and counters."""
+        """Everything a checkpoint needs: weights, optimizer statistics, version and counters
+        (the run's, from the coordinator)."""
         return {
             **(self.meta.to_state() if self.meta else {}),
             "params": self.flat.detach().clone(),
@@ -339,15 +279,8 @@ class ParameterServer:
             "dropped_nonfinite": self.dropped_nonfinite,
             "dropped_stale": self.dropped_stale,
             "dropped_resync": self.dropped_resync,
-            "episodes": self.episodes,
-            "recent_returns": torch.tensor(list(self.recent_returns), dtype=torch.float64),
-            "train_seconds": self.train_seconds(),
-            "env_restarts": self.env_restarts,
             "ps_restarts": self.restarts,
-            "worker_restarts": self.worker_restarts,
-            "staleness_sum": self.staleness_sum,
-            "staleness_max": self.staleness_max,
-            "worker_steps": dict(self.worker_steps),
+            **(self.run.state_dict() if self.run is not None else {}),
         }
 
     def check_compatible(self, state: dict[str, Any]) -> None:
@@ -380,15 +313,9 @@ class ParameterServer:
         self.version = int(state.get("version", 0))
         self.env_steps = int(state.get("env_steps", 0))
         self.gradients_applied = int(state.get("gradients_applied", 0))
-        self.episodes = int(state.get("episodes", 0))
-        self.recent_returns.extend(float(x) for x in state.get("recent_returns", []))
-        self.train_seconds_before = float(state.get("train_seconds", 0.0))
-        self.env_restarts = int(state.get("env_restarts", 0))
         self.restarts = int(state.get("ps_restarts", 0))
-        self.worker_restarts = int(state.get("worker_restarts", 0))
-        self.staleness_sum = int(state.get("staleness_sum", 0))
-        self.staleness_max = int(state.get("staleness_max", 0))
-        self.worker_steps = {int(k): int(v) for k, v in state.get("worker_steps", {}).items()}
+        if self.run is not None:
+            self.run.load_state_dict(state)
         if "dropped_nonfinite" in state:
             self.dropped_nonfinite = int(state["dropped_nonfinite"])
             self.dropped_stale = int(state.get("dropped_stale", 0))

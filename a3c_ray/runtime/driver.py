@@ -29,7 +29,7 @@ from typing import Any, cast
 import ray
 from tqdm import tqdm
 
-from a3c_ray.algo import parameter_server as ps_mod
+from a3c_ray.algo.coordinator import STOP_ERROR, STOP_INTERRUPTED
 from a3c_ray.algo.messages import CheckpointMeta, Progress, WorkerResult
 from a3c_ray.config import Config
 from a3c_ray.envs.make import action_size, env_spaces
@@ -179,7 +179,7 @@ class Run:
                 f"worker {i} failed {self.failures[i]} times (run.max_worker_restarts="
                 f"{self.cfg.run.max_worker_restarts}); last error: {reason}"
             )
-            ray.get(self.ps.request_stop.remote(ps_mod.STOP_ERROR))
+            ray.get(self.ps.request_stop.remote(STOP_ERROR))
             return
         delay = min(self.cfg.run.restart_backoff * 2 ** (self.failures[i] - 1), MAX_BACKOFF_SECONDS)
         self.restart_at[i] = time.monotonic() + delay
@@ -331,7 +331,7 @@ class Run:
         self.restart_at.clear()
         if self.ps is not None:
             with contextlib.suppress(ray.exceptions.RayError):
-                ray.get(self.ps.request_stop.remote(ps_mod.STOP_INTERRUPTED), timeout=CALL_TIMEOUT)
+                ray.get(self.ps.request_stop.remote(STOP_INTERRUPTED), timeout=CALL_TIMEOUT)
         while self.pending:
             self._collect(0.25)
             self._end_stragglers()
@@ -360,7 +360,7 @@ class Run:
                 env_id=self.cfg.env.id,
                 run_dir=str(self.run_dir),
                 run_id=self.run_id,
-                stopped_because=ps_mod.STOP_INTERRUPTED,
+                stopped_because=STOP_INTERRUPTED,
                 errors=self.errors,
             )
         nodes = sorted({r.node_id for r in self.results.values() if r.node_id is not None})

@@ -54,9 +54,9 @@ class ParameterServerMetrics:
         # Counters count from this process's start: a restored server does not re-count its past.
         self._last: dict[Any, Any] = {
             "applied": ps.gradients_applied,
-            "staleness_sum": ps.staleness_sum,
+            "staleness_sum": ps.coordinator.staleness_sum,
             "env_steps": ps.env_steps,
-            **{("steps", w): n for w, n in ps.worker_steps.items()},
+            **{("steps", w): n for w, n in ps.coordinator.worker_steps.items()},
             ("dropped", "nonfinite"): ps.dropped_nonfinite,
             ("dropped", "stale"): ps.dropped_stale,
             ("dropped", "resync"): ps.dropped_resync,
@@ -74,8 +74,8 @@ class ParameterServerMetrics:
         if now < self._next:
             return
         self._next = now + self.every
-        last, run = self._last, {"run": self.run}
-        for worker, steps in ps.worker_steps.items():
+        last, run, coordinator = self._last, {"run": self.run}, ps.coordinator
+        for worker, steps in coordinator.worker_steps.items():
             delta = steps - last.get(("steps", worker), 0)
             if delta > 0:
                 self.env_steps.inc(delta, {**run, "worker": str(worker)})
@@ -90,13 +90,13 @@ class ParameterServerMetrics:
         applied = ps.gradients_applied - last["applied"]
         if applied > 0:
             self.applied.inc(applied, run)
-            mean = (ps.staleness_sum - last.get("staleness_sum", 0)) / applied
+            mean = (coordinator.staleness_sum - last.get("staleness_sum", 0)) / applied
             self.staleness.set(mean, {**run, "stat": "mean"})
-        self.staleness.set(ps.staleness_max, {**run, "stat": "max"})
-        last["applied"], last["staleness_sum"] = ps.gradients_applied, ps.staleness_sum
+        self.staleness.set(coordinator.staleness_max, {**run, "stat": "max"})
+        last["applied"], last["staleness_sum"] = ps.gradients_applied, coordinator.staleness_sum
         self.version.set(ps.version, run)
-        if ps.recent_returns:
-            self.episode_return.set(ps.mean_return_100(), run)
+        if coordinator.recent_returns:
+            self.episode_return.set(coordinator.mean_return_100(), run)
         steps = ps.env_steps
         if now > self._last_time:
             self.sps.set((steps - last["env_steps"]) / (now - self._last_time), run)

@@ -29,7 +29,7 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
 
 from a3c_ray.algo import choices
-from a3c_ray.algo import parameter_server as ps_mod
+from a3c_ray.algo.coordinator import STOP_ERROR, STOP_INTERRUPTED
 from a3c_ray.config import Config
 from a3c_ray.config.space import Sampler, samplers
 from a3c_ray.envs.make import env_problems, resolve_policy
@@ -185,11 +185,11 @@ class A3C(tune.Trainable):
         run, self.run = self.run, None
         if run is None:
             return
-        stopped = ps_mod.STOP_INTERRUPTED if interrupted else None
+        stopped = STOP_INTERRUPTED if interrupted else None
         summary, _ = self.session.end(interrupted, stopped_because=stopped)
         self.summary = summary
         self.final_checkpoint = summary.get("checkpoint")
-        if summary.get("errors") or summary.get("stopped_because") == ps_mod.STOP_ERROR:
+        if summary.get("errors") or summary.get("stopped_because") == STOP_ERROR:
             raise RuntimeError(
                 f"a3c-ray run {self.cfg.run.run_dir} failed: "
                 + "; ".join(summary.get("errors") or ["stopped with an error"])

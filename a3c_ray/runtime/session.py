@@ -21,7 +21,7 @@ import ray
 from tqdm import tqdm
 
 from a3c_ray.algo import choices
-from a3c_ray.algo import parameter_server as ps_mod
+from a3c_ray.algo.coordinator import STOP_ERROR, STOP_INTERRUPTED
 from a3c_ray.algo.messages import Progress
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
@@ -153,7 +153,7 @@ class RunSession:
             try:
                 if run is None:  # interrupted before its actors were created
                     summary = RunSummary(
-                        **self.summary, stopped_because=ps_mod.STOP_INTERRUPTED, errors=[]
+                        **self.summary, stopped_because=STOP_INTERRUPTED, errors=[]
                     )
                 else:
                     if interrupted:
@@ -238,7 +238,7 @@ def train(
     errors: list[str] = list(summary.get("errors", []))
     if interrupted:
         code = EXIT_INTERRUPTED
-    elif errors or summary.get("stopped_because") == ps_mod.STOP_ERROR:
+    elif errors or summary.get("stopped_because") == STOP_ERROR:
         code = EXIT_FAILURE
     else:
         code = EXIT_OK
