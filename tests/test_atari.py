@@ -363,7 +363,12 @@ def test_bench_figures_measure_the_emulator_the_env_and_the_costs(tmp_path: Path
     from a3c_ray.bench import atari
 
     assert atari.raw_ale_fps(PONG, frames=2_000) > 0
-    cfg = atari.atari_config(PONG, 2, 10.0, False, 2, tmp_path)
+    from a3c_ray import configs
+
+    base = Config.load(configs.resolve("pong"))
+    base.env.id, base.env.num_envs = PONG, 2
+    cfg = atari.atari_config(base, 10.0, tmp_path)
+    assert (cfg.run.time_limit, cfg.run.target_return, base.run.time_limit) == (10.0, None, None)
     assert atari.env_fps(cfg.env, steps=200) > 0
     c = atari.costs(cfg, seconds=0.2)
     assert c.steps_per_push == cfg.algo.t_max * 2 == 10

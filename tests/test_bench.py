@@ -54,6 +54,32 @@ def test_bad_input_is_reported_all_at_once() -> None:
         assert part in text
 
 
+def test_atari_figures_refuse_an_env_that_is_not_atari_before_any_ray() -> None:
+    args = parse(["--atari", "--env", "CartPole-v1"])
+    with pytest.raises(ConfigError, match="--atari: CartPole-v1 is not an Atari env"):
+        bench.atari(bench.config_of(args), args)
+    args = parse(["--atari", "--config", "pong", "--cost-seconds", "-1"])
+    with pytest.raises(ConfigError, match="--cost-seconds: must be >= 0"):
+        bench.atari(bench.config_of(args), args)
+
+
+def test_atari_report_names_each_figure() -> None:
+    from a3c_ray.bench.report import format_atari
+
+    r = {
+        "env_id": "ALE/Pong-v5", "workers": 2, "num_envs": 8, "lstm": False,
+        "raw_ale_fps": 12000.0, "env_fps": 9000.0, "train_fps": 1500.0,
+        "train_steps_per_second": 375.0, "train_seconds": 60.0, "gradient_updates": 2800,
+        "ratio": 0.125, "ratio_per_worker": 0.0625,
+        "costs": {"worker_ms_per_step": 1.37, "worker_fps": 2920.0, "ps_ms_per_push": 5.65,
+                  "ps_bound_fps": 28300.0},
+    }  # fmt: skip
+    text = format_atari(r)
+    for part in ("2 Workers of 8 envs", "training / raw:        0.125", "1.37 ms", "5.65 ms"):
+        assert part in text, part
+    assert "Worker CPU" not in format_atari({**r, "costs": None})
+
+
 def test_scaling_takes_a_list_of_worker_counts() -> None:
     assert parse(["--scaling", "1,2,4"]).scaling == [1, 2, 4]
     p = argparse.ArgumentParser()

@@ -19,6 +19,7 @@ frames/s one Worker core can give and the most the one ParameterServer can take.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tempfile
 import time
@@ -155,61 +156,52 @@ def costs(cfg: Config, seconds: float = 10.0) -> Costs:
     return Costs(1000.0 * worker_cpu / steps, 1000.0 * ps_cpu / pushes, steps // pushes)
 
 
-def atari_config(
-    env_id: str, workers: int, seconds: float, lstm: bool, num_envs: int, run_dir: Path
-) -> Config:
-    """The paper's settings (as in configs/pong.yaml), stopped by a time limit, one final eval."""
-    cfg = Config()
-    cfg.env.id = env_id
-    cfg.env.num_envs = num_envs
-    cfg.model.kind = "cnn"
-    cfg.model.lstm = lstm
-    cfg.env.frame_stack = 1 if lstm else 4
-    cfg.algo.t_max = 20 if lstm else 5
-    cfg.algo.optimizer = "rmsprop"
-    cfg.algo.lr = 1e-3
-    cfg.algo.optimizer_eps = 0.1
-    cfg.run.workers = workers
-    cfg.run.time_limit = seconds
-    cfg.run.max_steps = 10**12
-    cfg.run.progress = False
-    cfg.run.run_dir = str(run_dir)
-    cfg.monitor.eval_every = 10 * seconds + 60  # no evaluation competes for CPU while measuring
-    cfg.monitor.eval_episodes = 1
-    return cfg
+def atari_config(cfg: Config, seconds: float, run_dir: Path) -> Config:
+    """``cfg`` (the config under test) stopped by a time limit of ``seconds``, with no evaluation
+    competing for CPU while it is measured."""
+    out = copy.deepcopy(cfg)
+    out.run.time_limit = seconds
+    out.run.max_steps = 10**12
+    out.run.target_return = None
+    out.run.progress = False
+    out.run.run_dir = str(run_dir)
+    out.monitor.eval_every = 10 * seconds + 60
+    out.monitor.eval_episodes = 1
+    return out
 
 
 def atari_throughput(
-    env_id: str = "ALE/Pong-v5",
-    workers: int = 2,
+    cfg: Config,
     seconds: float = 60.0,
-    lstm: bool = False,
-    num_envs: int = 1,
-    address: str | None = None,
     cost_seconds: float = 0.0,
+    address: str | None = None,
+    dashboard_port: int | None = None,
 ) -> AtariBench:
-    """Raw emulator and preprocessed env speeds, then ``seconds`` of training on Ray, and with
-    ``cost_seconds`` > 0 the in-process ``costs`` of the same config.
+    """Raw emulator and preprocessed env speeds, then ``seconds`` of training ``cfg`` on Ray, and
+    with ``cost_seconds`` > 0 the in-process ``costs`` of the same config.
 
-    Starts an embedded Ray unless one is connected or ``address`` names a cluster; the run
-    directory is temporary.
+    Uses the Ray this process is connected to, else the cluster at ``address``, else an embedded
+    one started (and shut down) here; the run directory is temporary.
     """
+    from a3c_ray.runtime.cluster import session
     from a3c_ray.runtime.session import train
 
-    raw = raw_ale_fps(env_id)
+    raw = raw_ale_fps(cfg.env.id)
     with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
-        cfg = atari_config(env_id, workers, seconds, lstm, num_envs, Path(tmp) / "run")
-        pre = env_fps(cfg.env)
-        cost = costs(cfg, cost_seconds) if cost_seconds > 0 else None
-        summary = train(cfg, address=address).summary
+        run_cfg = atari_config(cfg, seconds, Path(tmp) / "run")
+        pre = env_fps(run_cfg.env)
+        cost = costs(run_cfg, cost_seconds) if cost_seconds > 0 else None
+        with session(run_cfg, run_cfg.run.workers or 1, address, dashboard_port):
+            summary = train(run_cfg, address=address).summary
     secs = float(summary.get("train_seconds") or 0.0)
     steps = int(summary.get("env_steps") or 0)
     sps = steps / secs if secs > 0 else 0.0
+    workers = run_cfg.run.workers or 1
     return AtariBench(
-        env_id=env_id,
+        env_id=cfg.env.id,
         workers=workers,
-        num_envs=num_envs,
-        lstm=lstm,
+        num_envs=cfg.env.num_envs,
+        lstm=cfg.model.lstm,
         raw_ale_fps=raw,
         env_fps=pre,
         train_fps=sps * FRAME_SKIP,
@@ -219,31 +211,3 @@ def atari_throughput(
         gradient_updates=int(summary.get("gradient_updates") or 0),
         costs=cost,
     )
-
-
-def main() -> None:
-    """``python -m a3c_ray.bench.atari [--workers N] [--seconds S] ...``: one JSON line of figures."""
-    import argparse
-    import json
-
-    p = argparse.ArgumentParser(prog="python -m a3c_ray.bench.atari", description=__doc__)
-    p.add_argument("--env", default="ALE/Pong-v5")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--seconds", type=float, default=60.0, help="of training on Ray")
-    p.add_argument("--envs-per-worker", type=int, default=1)
-    p.add_argument("--lstm", action="store_true", help="the CNN-LSTM on 1 frame, t_max 20")
-    p.add_argument("--cost-seconds", type=float, default=10.0, help="in-process costs; 0: skip")
-    a = p.parse_args()
-    from a3c_ray.runtime.cluster import session
-
-    cfg = Config()
-    cfg.env.id = a.env
-    with session(cfg, a.workers, None, None):
-        res = atari_throughput(
-            a.env, a.workers, a.seconds, a.lstm, a.envs_per_worker, None, a.cost_seconds
-        )
-    print(json.dumps(res.to_dict()))
-
-
-if __name__ == "__main__":
-    main()

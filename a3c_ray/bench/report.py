@@ -187,3 +187,25 @@ def format_profile(r: dict[str, Any]) -> str:
         "(batch of t_max x K)",
     ]
     return "\n".join(lines)
+
+
+def format_atari(r: dict[str, Any]) -> str:
+    """``--atari``: the emulator, the preprocessed env and training, in frames per second."""
+    lines = [
+        f"{r['env_id']}: {r['workers']} Workers of {r['num_envs']} envs"
+        f"{' (LSTM)' if r['lstm'] else ''}, {r['train_seconds']:.0f} s of training",
+        f"  raw emulator:          {_n(r['raw_ale_fps'])} frames per CPU second",
+        f"  preprocessed env:      {_n(r['env_fps'])} frames per CPU second",
+        f"  training:              {_n(r['train_fps'])} frames/s (wall clock), "
+        f"{_n(r['train_steps_per_second'])} agent steps/s, {r['gradient_updates']:,} updates",
+        f"  training / raw:        {r['ratio']:.3f} ({r['ratio_per_worker']:.3f} per Worker)",
+    ]
+    c = r.get("costs")
+    if c:
+        lines += [
+            f"  Worker CPU per step:   {c['worker_ms_per_step']:.2f} ms "
+            f"(one Worker core: {_n(c['worker_fps'])} frames/s)",
+            f"  PS CPU per gradient:   {c['ps_ms_per_push']:.2f} ms "
+            f"(bound: {_n(c['ps_bound_fps'])} frames/s)",
+        ]
+    return "\n".join(lines)

@@ -26,7 +26,7 @@ from pathlib import Path
 from a3c_ray.algo import choices
 from a3c_ray.bench import measure as bench_measure
 from a3c_ray.bench import throughput as bm
-from a3c_ray.bench.report import format_profile, format_report
+from a3c_ray.bench.report import format_atari, format_profile, format_report
 from a3c_ray.commands import bench_chaos, bench_ps, bench_serve, flags
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.config import Config
@@ -99,6 +99,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="instead of the throughput report: where each Worker's time goes per agent step "
         "(emulator, preprocessing, forward, backward, push, pull, waiting), with the "
         "ParameterServer's and the network's costs, over --seconds of training",
+    )
+    p.add_argument(
+        "--atari",
+        action="store_true",
+        help="instead of the throughput report: the raw emulator's and the preprocessed env's "
+        "frames per CPU second, --seconds of training in frames/s, and (with --cost-seconds) "
+        "the CPU a Worker spends per agent step and the ParameterServer per gradient",
+    )
+    p.add_argument(
+        "--cost-seconds",
+        type=float,
+        default=10.0,
+        help="with --atari: seconds of the in-process cost measurement; 0 skips it (default 10)",
     )
     p.add_argument(
         "--plot-runs",
@@ -181,6 +194,22 @@ def plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def atari(cfg: Config, args: argparse.Namespace) -> int:
+    """``--atari``: emulator, env and training frames per second of an Atari config."""
+    from a3c_ray.bench.atari import atari_throughput
+    from a3c_ray.envs.make import is_atari
+
+    if not is_atari(cfg.env.id):
+        raise ConfigError([f"--atari: {cfg.env.id} is not an Atari env (give --config pong)"])
+    if args.cost_seconds < 0:
+        raise ConfigError(["--cost-seconds: must be >= 0"])
+    report = atari_throughput(
+        cfg, args.seconds, args.cost_seconds, args.address, args.dashboard_port
+    ).to_dict()
+    print(json.dumps(report) if args.json else format_atari(report))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.plot_runs:
         return plot(args)
@@ -195,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
         return bs.run_stability(cfg, args)
     if args.ps_scale:
         return bench_ps.run_ps_scale(cfg, args)
+    if args.atari:
+        return atari(cfg, args)
     if args.profile:
         report = bench_measure.profile(cfg, times(args))
         print(json.dumps(report) if args.json else format_profile(report))
