@@ -293,3 +293,21 @@ def test_with_max_staleness_every_shard_follows_the_coordinators_verdict_in_any_
     assert [(s.gradients_applied, s.dropped_stale) for s in many.servers] == [(2, 1), (2, 1)]
     # Without max_staleness there is no verdict to wait for: the shards are sent to at once.
     assert not ShardRouter(N, 2, "float32").coordinator_judges
+
+
+def test_the_coordinator_alone_decides_the_stop_and_the_merged_reply_carries_it() -> None:
+    """Past ``run.max_steps`` the coordinator says stop; the other shards, which hold no run
+    state, never do, and the Worker's merged reply stops because the coordinator's does."""
+    cfg = config(run__max_steps=120, ps__shards=2)
+    init = np.zeros(N, dtype=np.float32)
+    many = Sharded(cfg, init, 2)
+    replies = []
+    for p in pushes(4):
+        parts = many.router.split(p)
+        got = [s.push(q) for s, q in zip(many.servers, parts, strict=True)]
+        replies.append((got, many.router.merge(got)))
+    # 3 pushes of 40 env steps reach 120: the third push's reply is the first to say stop.
+    assert [merged.stop for _, merged in replies] == [False, False, True, True]
+    assert all(not got[1].stop for got, _ in replies)
+    assert many.servers[0].progress().stop_reason == "max_steps"
+    assert many.servers[1].env_steps == many.servers[0].env_steps == 160
