@@ -119,6 +119,7 @@ def test_shards_apply_exactly_what_one_server_applies(optimizer: str, shards: in
     assert "episodes" not in many.servers[1].state_dict()
     with pytest.raises(RuntimeError, match="shard 1 does not coordinate"):
         many.servers[1].progress()
+    assert many.servers[1].counts() == many.servers[0].counts()  # its own, as the coordinator's
 
 
 def test_every_shard_drops_a_gradient_that_is_not_finite() -> None:

@@ -148,6 +148,19 @@ class CheckpointMeta:
 
 
 @dataclass(frozen=True)
+class ShardCounts:
+    """One shard's own counters: the pushes it saw, applied and dropped. Every shard has them;
+    the run's counters (``Progress``) are the coordinator's."""
+
+    version: int
+    env_steps: int
+    gradients_applied: int
+    dropped_nonfinite: int
+    dropped_stale: int
+    dropped_resync: int
+
+
+@dataclass(frozen=True)
 class Progress:
     """The ParameterServer's counters at one moment: what the driver, `status`, `scale` and the
     bench read of a run."""

@@ -23,7 +23,7 @@ import torch
 
 from a3c_ray.algo import wire
 from a3c_ray.algo.coordinator import Coordinator
-from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply
+from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply, ShardCounts
 from a3c_ray.algo.optim import make_optimizer, optimizer_mismatch
 from a3c_ray.algo.stats import Window, WindowStats
 from a3c_ray.config import Config
@@ -206,6 +206,17 @@ class ParameterServer:
 
     def get_weights(self) -> tuple[np.ndarray, int, str]:
         return self.weights(), self.version, self.lineage
+
+    def counts(self) -> ShardCounts:
+        """This shard's own counters (any shard; the run's are ``progress``)."""
+        return ShardCounts(
+            version=self.version,
+            env_steps=self.env_steps,
+            gradients_applied=self.gradients_applied,
+            dropped_nonfinite=self.dropped_nonfinite,
+            dropped_stale=self.dropped_stale,
+            dropped_resync=self.dropped_resync,
+        )
 
     def progress(self) -> Progress:
         """The run's counters at this moment (the coordinator's)."""

@@ -151,7 +151,7 @@ def ps_load(
         ]
         client_cls: Any = ray.remote(num_cpus=0)(_PushClient)
         try:
-            ray.get([s.progress.remote() for s in shards])
+            ray.get([s.counts.remote() for s in shards])  # every shard is up
             pool = [client_cls.remote(c, size, seed, graph) for seed in range(clients)]
             for in_flight in in_flights:
                 used = pool[: min(clients, in_flight)]

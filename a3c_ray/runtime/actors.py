@@ -162,6 +162,7 @@ class ParameterServerShell(ParameterServer):
     # The state the ordinary calls read or change, serialized with the pushes as well.
     get_weights = _serialized(ParameterServer.get_weights)
     progress = _serialized(ParameterServer.progress)
+    counts = _serialized(ParameterServer.counts)
     drain_stats = _serialized(ParameterServer.drain_stats)
     state_dict = _serialized(ParameterServer.state_dict)
     set_workers = _serialized(ParameterServer.set_workers)
