@@ -14,6 +14,7 @@ keeps the run's counters, its stop decision and its scaling; the other shards ha
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import uuid
 from typing import Any
@@ -226,13 +227,8 @@ class ParameterServer:
         run.check_stop(self.env_steps)
         n = max(self.gradients_applied, 1)
         return Progress(
-            env_steps=self.env_steps,
-            version=self.version,
-            gradients_applied=self.gradients_applied,
+            **dataclasses.asdict(self.counts()),
             gradients_dropped=self.gradients_dropped(),
-            dropped_nonfinite=self.dropped_nonfinite,
-            dropped_stale=self.dropped_stale,
-            dropped_resync=self.dropped_resync,
             env_restarts=run.env_restarts,
             ps_restarts=self.restarts,
             restored_from=self.restored_from,
