@@ -149,6 +149,7 @@ def test_bench_seeds_trains_each_seed_without_stopping_at_the_target(
     assert r["summary"]["floor"] == pytest.approx(40 / 3)
 
 
+@pytest.mark.slow  # two short learning runs
 def test_in_process_training_is_deterministic_and_traces_every_window() -> None:
     """Without Ray the same seed gives the same episodes twice; with the overlapped push two
     Workers' gradients are 3 versions stale, as on Ray; every window is traced."""

@@ -77,6 +77,7 @@ def test_raw_limit_steps_the_envs_and_reports_its_split() -> None:
         assert r[key] > 0
 
 
+@pytest.mark.slow  # starts a process per loop, each importing torch and gymnasium
 def test_raw_limit_in_parallel_runs_one_loop_per_process_at_once() -> None:
     cfg = Config()
     cfg.env.num_envs = 2

@@ -4,6 +4,7 @@ fatal, population-based training that continues a trial from another's checkpoin
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from a3c_ray.config.space import Sampler, parse, samplers, space_problems
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
 
-pytest.importorskip("ray.tune", reason="a3c-ray tune needs the tune extra")
+# Looked up, not imported: importing Tune takes seconds, which the tests without Ray need not wait.
+if importlib.util.find_spec("ray.tune") is None:
+    pytest.skip("a3c-ray tune needs the tune extra", allow_module_level=True)
 
 
 # -- the space ---------------------------------------------------------------------------------
