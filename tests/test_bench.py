@@ -102,31 +102,16 @@ def _num(x: str) -> bool:
 
 
 @pytest.mark.ray
-def test_bench_prints_sane_numbers_and_keeps_the_callers_ray(
+def test_bench_json_has_every_figure_and_the_text_report_prints_them_keeping_the_callers_ray(
     ray_session: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """One short real run: its JSON figures, then the text report the command prints of them."""
     import ray
 
-    assert bench.run(parse(TINY)) == 0
-    assert ray.is_initialized()  # the bench used this Ray and did not shut it down
-    out = capsys.readouterr().out
-    lines = out.splitlines()
-    raw = next(line for line in lines if line.startswith("raw limit"))
-    assert numbers(raw.split("env steps/s")[0])[-1] > 0
-    row = lines[lines.index(next(x for x in lines if x.startswith("workers  env steps/s"))) + 1]
-    workers, steps, updates, stale_mean, stale_max, ratio, ratio_cpu = numbers(row)
-    assert workers == 1 and steps > 0 and updates > 0 and stale_mean >= 0 and stale_max >= 0
-    assert 0 < ratio < 10 and 0 < ratio_cpu < 10
-    assert math.isclose(steps / updates, 2 * Config().algo.t_max, rel_tol=0.2)
-    final = lines[-1]
-    assert final.startswith("ratio:") and numbers(final)[0] == pytest.approx(ratio, abs=0.01)
+    from a3c_ray.bench.report import format_report
 
-
-@pytest.mark.ray
-def test_bench_json_parses_with_every_figure(
-    ray_session: None, capsys: pytest.CaptureFixture[str]
-) -> None:
     assert bench.run(parse([*TINY, "--json"])) == 0
+    assert ray.is_initialized()  # the bench used this Ray and did not shut it down
     r = json.loads(capsys.readouterr().out)
     assert set(r) >= {"machine", "settings", "raw", "ps", "training", "ratio", "model"}
     assert r["settings"]["steps_per_push"] == 2 * r["settings"]["t_max"]
@@ -152,6 +137,20 @@ def test_bench_json_parses_with_every_figure(
     m = r["model"]
     assert m["ps_bound_workers"] > 0 and m["cpu_bound_pushes_per_second"] > 0
     assert m["predicted_env_steps_per_second"]["1"] > 0
+
+    # What the command prints without --json is this report of the same figures.
+    lines = format_report(r).splitlines()
+    raw = next(line for line in lines if line.startswith("raw limit"))
+    assert numbers(raw.split("env steps/s")[0])[-1] == pytest.approx(
+        r["raw"]["env_steps_per_second"], rel=0.01, abs=1
+    )
+    row = lines[lines.index(next(x for x in lines if x.startswith("workers  env steps/s"))) + 1]
+    workers, steps, updates, stale_mean, stale_max, ratio, ratio_cpu = numbers(row)
+    assert workers == 1 and steps > 0 and updates > 0 and stale_mean >= 0 and stale_max >= 0
+    assert 0 < ratio < 10 and 0 < ratio_cpu < 10
+    assert math.isclose(steps / updates, 2 * Config().algo.t_max, rel_tol=0.2)
+    final = lines[-1]
+    assert final.startswith("ratio:") and numbers(final)[0] == pytest.approx(ratio, abs=0.01)
 
 
 def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:

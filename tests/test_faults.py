@@ -72,12 +72,19 @@ def test_killed_worker_is_restarted_and_only_its_rollout_is_lost(
     assert s["env_steps"] >= 40_000 and s["ps_restarts"] == 0
 
 
+@pytest.mark.parametrize(
+    "healthy_after, wait",
+    [(1.0, 1.5), (3600.0, 1.0)],
+    ids=["ran-healthy_after", "trained"],
+)
 def test_a_worker_lost_now_and_then_is_restarted_more_often_than_max_worker_restarts(
-    ray_session: None, tmp_path: Path
+    ray_session: None, tmp_path: Path, healthy_after: float, wait: float
 ) -> None:
-    """A long run loses Workers now and then (a node drained, a process killed): a Worker that ran
-    for run.healthy_after seconds before it died starts its slot's count afresh, so three such
-    losses of one slot do not stop a run that allows one restart of a failing Worker."""
+    """A long run loses Workers now and then (a node drained or preempted, a process killed): a
+    Worker that ran for run.healthy_after seconds, or trained, before it died starts its slot's
+    count afresh, so three such losses of one slot do not stop a run that allows one restart of a
+    failing Worker. With healthy_after an hour, each Worker is killed a second after its slot's
+    env steps grew, which the driver sees within its quarter-second poll."""
     run_dir = tmp_path / "nowandthen"
     cfg = small_config(
         run_dir,
@@ -85,7 +92,7 @@ def test_a_worker_lost_now_and_then_is_restarted_more_often_than_max_worker_rest
         run__time_limit=300,
         run__max_worker_restarts=1,
         run__restart_backoff=0.1,
-        run__healthy_after=1.0,
+        run__healthy_after=healthy_after,
     )
 
     def pushing(slot: int) -> None:
@@ -95,7 +102,7 @@ def test_a_worker_lost_now_and_then_is_restarted_more_often_than_max_worker_rest
     def kill_three_times_then_stop() -> None:
         for k in range(3):
             pushing(1)  # the Worker of the last restart trains
-            time.sleep(1.5)  # for longer than run.healthy_after
+            time.sleep(wait)
             ray.kill(named_actor("Worker-1", run_dir), no_restart=False)
             wait_for(lambda k=k: progress(run_dir).worker_restarts > k, what="the restart")
         pushing(1)

@@ -137,11 +137,11 @@ class RunConfig:
     progress: bool = True
     """Show a live progress bar on the terminal."""
     max_worker_restarts: int = 10
-    """Restarts allowed per Worker slot; one more failure stops the run with an error."""
+    """Restarts allowed per Worker slot in a row, of Workers that failed before they trained; one more such failure stops the run with an error (see ``healthy_after``)."""
     restart_backoff: float = 1.0
     """Seconds before restarting a failed Worker, doubled for each further failure of that slot."""
     healthy_after: float = 60.0
-    """Seconds a Worker must run before it fails for its slot's earlier failures to be forgotten: its replacement waits restart_backoff again, and max_worker_restarts counts afresh. A long run so survives Workers lost now and then; a Worker that cannot run at all still stops it."""
+    """A Worker that ran this many seconds, or trained (pushed env steps to the ParameterServer), before it failed has its slot's earlier failures forgotten: its replacement waits restart_backoff again, and max_worker_restarts counts afresh. A long run so survives Workers lost at any rate (nodes drained or preempted, processes killed); a Worker that cannot run at all still stops it."""
     stop_grace: float = 15.0
     """Seconds a stopping run (target, a limit, Ctrl-C, SIGTERM) waits for its Workers' last pushes. A Worker that has not started by then (no free CPU for it) is not waited for at all, and one still busy after it (stuck in its env) is killed: a run ends within this bound plus its final checkpoint."""
 

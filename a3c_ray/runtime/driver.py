@@ -6,10 +6,11 @@ example: a dict of in-flight refs and ``ray.wait`` over it, with a timeout so th
 ticked, failed Workers are restarted and the progress bar is refreshed while Workers train.
 
 Failures: a Worker that dies or raises is replaced after a backoff that doubles with each failure
-of its slot; after ``run.max_worker_restarts`` the run stops with an error. A Worker that ran for
-``run.healthy_after`` seconds before it failed starts its slot's count afresh, so that a long run
-survives Workers lost now and then (a node drained, a process killed) and still stops on a Worker
-that cannot run at all. The ParameterServer and
+of its slot; after ``run.max_worker_restarts`` the run stops with an error. A Worker that trained
+(its slot's env steps grew at the ParameterServer) or ran for ``run.healthy_after`` seconds before
+it failed starts its slot's count afresh, so that a long run survives Workers lost at any rate (a
+node drained or preempted, a process killed) and still stops on a Worker that cannot run at all.
+The ParameterServer and
 the Monitor are restarted by Ray itself (``max_restarts=-1``), and calls to them are retried; the
 ParameterServer comes back from the newest good checkpoint and the Workers resync to it. With
 ``ps.shards`` > 1, a shard that comes back so has every other shard rolled back to the same
@@ -97,6 +98,10 @@ class Run:
         self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
         self.starts: dict[int, int] = {}  # slot -> Workers started in it (for their random streams)
         self.started_at: dict[int, float] = {}
+        # slot -> its env steps at the ParameterServer when last polled; slots whose current Worker
+        # has pushed since it started (a Worker that trained is not one that cannot run)
+        self.steps_seen: dict[int, int] = {}
+        self.trained: set[int] = set()
         self.restart_at: dict[int, float] = {}
         self.worker_restarts = 0
         self.restarts_before = 0  # of earlier sittings of a resumed run
@@ -152,6 +157,9 @@ class Run:
         n = self.starts[i] = self.starts.get(i, -1) + 1
         stream = (self.start_steps, n) if self.start_steps or n else ()
         self.started_at[i] = time.monotonic()
+        self.trained.discard(i)
+        if self.progress is not None:
+            self.steps_seen[i] = self.progress.worker_steps.get(i, 0)
         w = self.worker_cls.options(
             name=f"{self.run_id}/Worker-{i}",
             namespace=NAMESPACE,
@@ -169,8 +177,9 @@ class Run:
             ray.kill(self.workers[i])  # a Worker whose task raised is still alive and holds a CPU
         if i in self.retiring:
             return  # it was on its way out anyway
-        if time.monotonic() - self.started_at.get(i, 0.0) >= self.cfg.run.healthy_after:
-            self.failures[i] = 0  # it ran well before it failed: not a Worker that cannot run
+        ran = time.monotonic() - self.started_at.get(i, 0.0)
+        if i in self.trained or ran >= self.cfg.run.healthy_after:
+            self.failures[i] = 0  # it trained before it failed: not a Worker that cannot run
         self.failures[i] += 1
         reason = one_line(error)
         self.failure_log.append(f"worker {i} failure {self.failures[i]}: {reason}")
@@ -183,6 +192,14 @@ class Run:
             return
         delay = min(self.cfg.run.restart_backoff * 2 ** (self.failures[i] - 1), MAX_BACKOFF_SECONDS)
         self.restart_at[i] = time.monotonic() + delay
+
+    def _note_training(self, progress: Progress) -> None:
+        """Mark the slots whose env steps grew since the last poll: their Workers train. (Steps
+        that went back, to a restored checkpoint's, are only taken as the new mark.)"""
+        for i, steps in progress.worker_steps.items():
+            if steps > self.steps_seen.get(i, steps):
+                self.trained.add(i)
+            self.steps_seen[i] = steps
 
     def total_worker_restarts(self) -> int:
         """Worker restarts since the run began, earlier sittings of a resumed run included."""
@@ -237,6 +254,7 @@ class Run:
             self.ps_group.resync()
             progress: Progress = ray.get(self.ps.progress.remote())
             self.progress = progress
+            self._note_training(progress)
             if self.on_progress is not None:
                 self.on_progress(progress)
             stopping = progress.stop_reason is not None
