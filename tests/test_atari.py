@@ -88,7 +88,7 @@ def test_without_max_pool_the_emulator_skips_frames_and_frames_shrink_to_screen_
     assert obs.shape == (4, 42, 42) and obs.max() > obs.min()
     # The no-op start is counted in the emulator's steps of FRAME_SKIP frames: at most NOOP_MAX.
     frames = set()
-    for seed in range(12):
+    for seed in range(8):  # a seeded reset loads the ROM again: a fraction of a second each
         env.reset(seed=seed)
         frames.add(ale(env).getEpisodeFrameNumber())
     env.close()
@@ -98,7 +98,7 @@ def test_without_max_pool_the_emulator_skips_frames_and_frames_shrink_to_screen_
 def test_no_op_starts_take_1_to_30_frames() -> None:
     env = make_eval_env(EnvConfig(id=PONG))
     frames = []
-    for seed in range(12):
+    for seed in range(8):  # a seeded reset loads the ROM again: a fraction of a second each
         env.reset(seed=seed)
         frames.append(ale(env).getEpisodeFrameNumber())
     env.close()
@@ -359,6 +359,7 @@ def test_config_names_resolve_to_shipped_files_and_paths_pass_through(tmp_path: 
     assert configs.resolve("no_such_config") == Path("no_such_config")
 
 
+@pytest.mark.slow  # measures the emulator, the env and a training push for a while
 def test_bench_figures_measure_the_emulator_the_env_and_the_costs(tmp_path: Path) -> None:
     from a3c_ray.bench import atari
 

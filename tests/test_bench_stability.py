@@ -170,6 +170,7 @@ def test_in_process_training_is_deterministic_and_traces_every_window() -> None:
     assert all(r["staleness"] == 1 for r in train(cfg, 2, trace_every=1_000).trace[1:])
 
 
+@pytest.mark.slow  # two short learning runs
 def test_bench_seeds_in_process_reports_each_seed_with_its_trace(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -158,6 +158,7 @@ def test_best_checkpoint_name_follows_the_pointer(tmp_path: Path) -> None:
     assert best_checkpoint_name(tmp_path) == "ckpt-300.pt"
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_load_policy_imports_neither_ray_nor_torch_before_it_is_used(tmp_path: Path) -> None:
     save_checkpoint(tmp_path, "mlp")
     script = (
@@ -186,6 +187,7 @@ def s3_bucket(tmp_path: Path) -> Iterator[str]:
         yield "policies"
 
 
+@pytest.mark.slow  # an S3 server of its own
 def test_load_policy_reads_a_run_directory_on_s3(s3_bucket: str, tmp_path: Path) -> None:
     import s3fs
 
