@@ -157,9 +157,7 @@ class Run:
         n = self.starts[i] = self.starts.get(i, -1) + 1
         stream = (self.start_steps, n) if self.start_steps or n else ()
         self.started_at[i] = time.monotonic()
-        self.trained.discard(i)
-        if self.progress is not None:
-            self.steps_seen[i] = self.progress.worker_steps.get(i, 0)
+        self.trained.discard(i)  # steps_seen[i] already holds the last poll's mark
         w = self.worker_cls.options(
             name=f"{self.run_id}/Worker-{i}",
             namespace=NAMESPACE,
