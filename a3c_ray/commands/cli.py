@@ -291,8 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # address, where an embedded Ray does not listen.
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
             # Ray's local clusters require the token that `ray start` and `ray.init` made; its
-            # clients send it only in token mode.
-            if (Path.home() / ".ray" / "auth_token").is_file():
+            # clients send it only in token mode. The chaos soak's own `local.sh up` makes the
+            # token when there is none yet, after this point.
+            if command == "bench" or (Path.home() / ".ray" / "auth_token").is_file():
                 os.environ.setdefault("RAY_AUTH_MODE", "token")
         args = build_parser(command).parse_args(words)
         if args.command in MODULE_COMMANDS:
