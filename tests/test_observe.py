@@ -129,6 +129,24 @@ def test_status_lists_the_live_run_with_progress_and_workers(
     assert rec["run"] in table and "steps/s" in table and "Worker-0" in table and "ALIVE" in table
 
 
+def test_every_actor_of_the_run_runs_with_run_actor_env(live_run: dict[str, Any]) -> None:
+    """The ParameterServer, the Monitor and the Workers are started with ``run.actor_env`` (glibc's
+    malloc settings by default) in their processes' environment."""
+    from ray.util.state import list_actors
+
+    want = {k: str(v) for k, v in small_config(live_run["run_dir"]).run.actor_env.items()}
+    assert want.get("MALLOC_ARENA_MAX") == "2"
+    gcs = ray.get_runtime_context().gcs_address
+    seen = {}
+    for a in list_actors(address=gcs, filters=[("state", "=", "ALIVE")], limit=10_000):
+        if (a.name or "").startswith("live-") and a.pid:
+            raw = Path(f"/proc/{a.pid}/environ").read_bytes().split(b"\0")
+            env = dict(e.decode().split("=", 1) for e in raw if b"=" in e)
+            seen[a.class_name] = {k: env.get(k) for k in want}
+    assert {"ParameterServer", "Monitor", "Worker"} <= set(seen), seen
+    assert all(v == want for v in seen.values()), seen
+
+
 def labelled(port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     """Every sample of ``name`` on the node's Prometheus text, by its labels (Ray's own omitted)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()

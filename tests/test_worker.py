@@ -147,3 +147,29 @@ def test_overlapped_worker_takes_each_reply_one_rollout_later() -> None:
     assert w.version == 5  # the last reply's weights were taken before stopping
     t = result.timings
     assert t["total"] >= sum(t[k] for k in ("env", "forward", "backward", "wait"))
+
+
+def test_a_starting_worker_spreads_its_envs_over_an_episode() -> None:
+    """env i of K starts training i/K of the time limit into an episode, no step of which is
+    trained on or counted; MountainCar's random policy never ends an episode early."""
+    w = make_worker(env__id="MountainCar-v0", env__num_envs=4)
+    assert w.decorrelation_steps() == 200  # the registered time limit
+    w.decorrelate(w.decorrelation_steps())
+    assert [e.get_wrapper_attr("_elapsed_steps") for e in w.envs.envs] == [0, 50, 100, 150]
+    ro = w.rollout()
+    assert w.env_steps == ro.rewards.size == 6 * 4 and not ro.episode_returns
+    assert [e.get_wrapper_attr("_elapsed_steps") for e in w.envs.envs] == [6, 56, 106, 156]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "steps"),
+    [
+        ({}, 500),  # CartPole-v1's time limit
+        ({"env__max_episode_steps": 300}, 300),
+        ({"env__max_episode_steps": 5000}, 0),  # long episodes differ in length anyway
+        ({"env__decorrelate_steps": 0}, 0),
+        ({"env__decorrelate_steps": 64}, 64),
+    ],
+)
+def test_how_far_a_worker_spreads_its_envs(overrides: dict[str, object], steps: int) -> None:
+    assert make_worker(**overrides).decorrelation_steps() == steps

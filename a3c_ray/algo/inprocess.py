@@ -54,8 +54,13 @@ def trace_row(ps: Any, s: WindowStats, max_grad_norm: float) -> dict[str, Any]:
     }
 
 
-def train(cfg: Config, workers: int, trace_every: int = 0) -> InProcessRun:
-    """Train ``cfg`` to ``run.max_steps`` (or ``run.time_limit``) with ``workers`` Workers here."""
+def train(cfg: Config, workers: int, trace_every: int = 0, restart_every: int = 0) -> InProcessRun:
+    """Train ``cfg`` to ``run.max_steps`` (or ``run.time_limit``) with ``workers`` Workers here.
+
+    Every Worker starts as on Ray: the newest weights, then its envs spread over an episode
+    (``Worker.decorrelate``). With ``restart_every``, every that many env steps the Workers in
+    turn are replaced by new ones (new envs, a fresh random stream, the newest weights), as a
+    Worker killed and restarted on Ray is, and its reply in flight is lost."""
     import torch
 
     from a3c_ray.algo.parameter_server import ParameterServer, initial_params
@@ -70,11 +75,17 @@ def train(cfg: Config, workers: int, trace_every: int = 0) -> InProcessRun:
     obs_space, act_space = env_spaces(c.env)
     shape, n = tuple(int(x) for x in obs_space.shape), action_size(act_space)
     ps = ParameterServer(c, initial_params(c, shape, n))
-    team = [Worker(c, i, shape, n) for i in range(workers)]
-    weights, version, lineage = ps.get_weights()
-    for w in team:
+
+    def start(i: int, stream: tuple[int, ...] = ()) -> Worker:
+        w = Worker(c, i, shape, n, stream)
+        weights, version, lineage = ps.get_weights()
         w.set_weights(weights.copy(), version, lineage)
+        w.decorrelate(w.decorrelation_steps())
+        return w
+
+    team = [start(i) for i in range(workers)]
     waiting: list[Any] = [None] * workers
+    restarts, next_restart = 0, restart_every
     steps, seconds, means = [], [], []
     recent: list[float] = []
     trace: list[dict[str, Any]] = []
@@ -102,6 +113,11 @@ def train(cfg: Config, workers: int, trace_every: int = 0) -> InProcessRun:
             if trace_every and ps.env_steps >= next_trace:
                 trace.append(trace_row(ps, ps.drain_stats(), window_max))
                 next_trace, window_max = next_trace + trace_every, 0.0
+            if restart_every and ps.env_steps >= next_restart:
+                j = restarts % workers
+                restarts, next_restart = restarts + 1, next_restart + restart_every
+                team[j].envs.close()
+                team[j], waiting[j] = start(j, (ps.env_steps, restarts)), None
             if ps.coordinator.stop_reason is not None:
                 break
     for w in team:

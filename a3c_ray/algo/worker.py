@@ -48,6 +48,10 @@ class Rollout(NamedTuple):
     episode_lengths: list[int]
 
 
+DECORRELATE_UP_TO = 1_000
+"""The longest time limit ``env.decorrelate_steps: null`` spreads a Worker's envs over."""
+
+
 class Worker:
     def __init__(
         self,
@@ -87,6 +91,44 @@ class Worker:
         set_flat_params(self.model, flat)
         self.version = version
         self.lineage = lineage
+
+    # -- start -------------------------------------------------------------------------------
+    def decorrelation_steps(self) -> int:
+        """``env.decorrelate_steps``, or where it is null the episode's time limit when that is
+        at most ``DECORRELATE_UP_TO`` steps (CartPole's 500, Pendulum's 200), else 0."""
+        n = self.cfg.env.decorrelate_steps
+        if n is not None:
+            return n
+        subenvs: list[Any] = getattr(self.envs, "envs", [])
+        spec = getattr(subenvs[0], "spec", None) if subenvs else None
+        limit = self.cfg.env.max_episode_steps or getattr(spec, "max_episode_steps", None)
+        return int(limit) if limit and limit <= DECORRELATE_UP_TO else 0
+
+    @torch.no_grad()
+    def decorrelate(self, steps: int) -> None:
+        """Spread the envs over an episode before training: play ``steps`` steps on the current
+        weights, training on none and reporting no episode, and reset env i of K at step
+        ``steps * (K - i) / K``, so that env i starts training i/K of ``steps`` into an episode.
+
+        Envs reset together stay in step where every episode lasts the time limit (a solved
+        CartPole): all K then send the same part of an episode at once, and a Worker started
+        beside one that trained for long sent bursts of failed episodes (docs/reliability.md).
+        """
+        k = self.cfg.env.num_envs
+        if steps <= 0 or k < 2:
+            return
+        reset_at = steps - (np.arange(k) * steps) // k
+        for s in range(steps + 1):
+            mask = reset_at == s
+            if mask.any():
+                self.obs, _ = self.envs.reset(options={"reset_mask": mask})
+                self.reset_next = self.reset_next | mask
+            if s == steps:
+                break
+            logits, _, self.state = self._act(self.obs, self.state, self.reset_next)
+            action = sample_actions(logits, self.generator, continuous=self.model.continuous)
+            self.obs, _, term, trunc, _ = self.envs.step(clip_actions(self.envs, action.numpy()))
+            self.reset_next = term | trunc
 
     # -- rollout -----------------------------------------------------------------------------
     def _act(

@@ -60,6 +60,7 @@ def measure_in_process(
     floor: float,
     trace_every: int = 0,
     echo: Any = None,
+    restart_every: int = 0,
 ) -> dict[str, Any]:
     """Train every seed in turn in this process, without Ray (``bench_inprocess``)."""
     from a3c_ray.algo import inprocess as bench_inprocess
@@ -68,7 +69,7 @@ def measure_in_process(
     for seed in seeds:
         c = Config.from_dict(cfg.to_dict())
         c.run.seed = seed
-        run = bench_inprocess.train(c, c.run.workers or 1, trace_every)
+        run = bench_inprocess.train(c, c.run.workers or 1, trace_every, restart_every)
         r = seed_result(
             seed,
             run.steps,
@@ -193,6 +194,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --in-process: every STEPS env steps, what the ParameterServer saw (entropy, "
         "value loss, gradient and step norms, staleness, short episodes)",
     )
+    s.add_argument(
+        "--restart-every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="with --in-process: every STEPS env steps, replace the next Worker by a new one "
+        "(new envs, a fresh random stream), as a Worker killed and restarted on Ray",
+    )
 
 
 def _seeds(text: str) -> int | list[int]:
@@ -221,6 +230,8 @@ def problems(cfg: Config, args: argparse.Namespace) -> list[str]:
         out.append(f"--seeds needs --target-return: neither the config nor {cfg.env.id} sets one")
     if args.trace_every < 0 or (args.trace_every and not args.in_process):
         out.append("--trace-every: needs --in-process and a number of env steps >= 1")
+    if args.restart_every < 0 or (args.restart_every and not args.in_process):
+        out.append("--restart-every: needs --in-process and a number of env steps >= 1")
     if args.in_process and args.runs_dir is not None:
         out.append("--runs-dir: an --in-process run writes no run directory")
     if args.runs_dir is not None and args.runs_dir.exists() and any(args.runs_dir.iterdir()):
@@ -279,7 +290,9 @@ def run_stability(cfg: Config, args: argparse.Namespace) -> int:
         )  # progress, whatever the output
 
     if args.in_process:
-        out = measure_in_process(cfg, seeds, target, floor, args.trace_every, echo)
+        out = measure_in_process(
+            cfg, seeds, target, floor, args.trace_every, echo, args.restart_every
+        )
     else:
         out = measure_on_ray(
             cfg, seeds, target, floor, args.runs_dir, args.address, args.dashboard_port, echo

@@ -40,6 +40,8 @@ class EnvConfig:
     """Environments per Worker, stepped together as one gymnasium vector env (K)."""
     max_episode_steps: int | None = None
     """Override of the env's own time limit; episodes cut by it are truncated, not terminated. For Atari it counts agent steps of 4 frames (ALE's own cap is 108,000 frames)."""
+    decorrelate_steps: int | None = None
+    """Before a Worker trains (at the start of a run, on resume and after a restart), it plays this many steps on the newest weights without training and resets its env i of K at step ``(K - i) / K`` of them, so its envs start i/K of the way into an episode instead of all at step 0. null: the episode's time limit where it is 1,000 steps or less (CartPole's 500), else 0 (Atari, whose episodes differ in length anyway); 0 turns it off. Where every episode lasts the time limit, as a solved CartPole's do, envs reset together stay in step forever, and a Worker restarted beside a trained one sent bursts of failed episodes (docs/reliability.md)."""
     frame_stack: int | None = None
     """Observations stacked into one, oldest first. null: 4 for Atari (the papers' input to the feed-forward CNN), none for other envs. With ``model.lstm`` on Atari, 1 is enough: the LSTM state carries the motion."""
     screen_size: int = 84
@@ -144,6 +146,10 @@ class RunConfig:
     """A Worker that ran this many seconds, or trained (pushed env steps to the ParameterServer), before it failed has its slot's earlier failures forgotten: its replacement waits restart_backoff again, and max_worker_restarts counts afresh. A long run so survives Workers lost at any rate (nodes drained or preempted, processes killed); a Worker that cannot run at all still stops it."""
     stop_grace: float = 15.0
     """Seconds a stopping run (target, a limit, Ctrl-C, SIGTERM) waits for its Workers' last pushes. A Worker that has not started by then (no free CPU for it) is not waited for at all, and one still busy after it (stuck in its env) is killed: a run ends within this bound plus its final checkpoint."""
+    actor_env: dict[str, str] = field(
+        default_factory=lambda: {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "1048576"}
+    )
+    """Environment variables of the run's Worker, ParameterServer and Monitor processes (Ray's ``runtime_env`` ``env_vars``, merged with the job's). The default caps glibc's malloc at 2 arenas and serves blocks of 1 MiB or more by mmap: an actor runs 25 to 60 threads, and without it the megabytes of an Atari CNN's gradients, weights and batches, freed in one thread's arena and wanted in another's, made Pong's actors grow 9-20% in an hour (docs/reliability.md). ``{}`` leaves the processes' environment as Ray starts them."""
 
 
 @dataclass
@@ -344,6 +350,10 @@ class Config:
                 p.append(msg)
 
         need(e.num_envs >= 1, f"env.num_envs: must be >= 1, got {e.num_envs}")
+        need(
+            e.decorrelate_steps is None or e.decorrelate_steps >= 0,
+            f"env.decorrelate_steps: must be >= 0 or null, got {e.decorrelate_steps}",
+        )
         need(
             e.max_episode_steps is None or e.max_episode_steps >= 1,
             f"env.max_episode_steps: must be >= 1 or null, got {e.max_episode_steps}",

@@ -267,6 +267,7 @@ class WorkerShell(Worker):
                 calls, self.index, self.node_id(), nodes, self.cfg.algo.max_staleness
             )
         self.handle_reply(server.pull())
+        self.decorrelate(self.decorrelation_steps())
 
         def push(p: GradientPush) -> PushReply:
             return server.send(p)()

@@ -41,6 +41,7 @@ from a3c_ray.rundir.summary import RunSummary, progress_part
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.metrics import DriverMetrics
 from a3c_ray.runtime.placement import (
+    actor_env,
     shard_placement,
     worker_placement,
 )
@@ -147,6 +148,7 @@ class Run:
                 num_cpus=cfg.run.monitor_cpus,
                 **restartable,
                 **shard_placement(cfg, 0),
+                **actor_env(cfg),
             )
             .remote(cfg, run_dir, self.obs_shape, self.n_actions, self.run_id)
         )
@@ -163,6 +165,7 @@ class Run:
             namespace=NAMESPACE,
             num_cpus=self.cfg.run.worker_cpus,
             **worker_placement(),
+            **actor_env(self.cfg),
         ).remote(self.cfg, i, self.obs_shape, self.n_actions, stream)
         self.workers[i] = w
         self.started[i] = w.node_id.remote()  # runs before train: done once the actor exists

@@ -75,6 +75,14 @@ def central_placement(cfg: Config) -> dict[str, Any]:
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=head, soft=True)}
 
 
+def actor_env(cfg: Config) -> dict[str, Any]:
+    """The ``runtime_env`` option of the run's actors: ``run.actor_env`` as environment variables
+    (none when it is empty, so the actors share Ray's prestarted processes)."""
+    if not cfg.run.actor_env:
+        return {}
+    return {"runtime_env": {"env_vars": {k: str(v) for k, v in cfg.run.actor_env.items()}}}
+
+
 def worker_placement() -> dict[str, Any]:
     """Where a Worker goes: one per node before two on any node, or any bundle of the group."""
     group = get_current_placement_group()

@@ -11,7 +11,7 @@ import ray
 from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.config import Config
 from a3c_ray.runtime import actors
-from a3c_ray.runtime.placement import shard_placement
+from a3c_ray.runtime.placement import actor_env, shard_placement
 
 log = logging.getLogger("a3c_ray")
 
@@ -29,6 +29,7 @@ class ParameterServerGroup:
                 num_cpus=cfg.run.ps_cpus,
                 **options,
                 **shard_placement(cfg, k),
+                **actor_env(cfg),
             )
             .remote(cfg, meta, run_dir, run_id, k)
             for k in range(cfg.ps.shards)
