@@ -83,11 +83,13 @@ def test_a_worker_stuck_in_its_env_is_killed_after_the_grace(
 ) -> None:
     # Every Worker hangs inside env.step after 100 steps of each env; the time limit is then
     # reached by the driver's polling alone, and the Workers are killed after the 3 s grace. (The
-    # Monitor's one final game stays below 100 steps: a policy of a few pushes plays ~20.)
+    # Monitor's one final game stays below 100 steps: a policy of a few pushes plays ~20.) The
+    # Workers train from their first step: spreading the envs first would use up the 100 steps.
     cfg = small_config(
         tmp_path,
         env__id=STUCK_ENV_ID,
         env__kwargs__stuck_after=100,
+        env__decorrelate_steps=0,
         run__time_limit=5,
         run__max_steps=10**9,
         run__stop_grace=3,
@@ -183,10 +185,15 @@ def stopping(run_dir: Path) -> bool:
         ("starting, Workers pending", {"run.workers": 3}, 2, started),
         # Ctrl-C while one Worker trains and two wait for CPUs.
         ("training, Workers pending", {"run.workers": 3}, 2, training),
-        # Ctrl-C while both Workers hang inside env.step: they are killed after the grace.
+        # Ctrl-C while both Workers hang inside env.step: they are killed after the grace. (The
+        # Workers train from their first step: spreading 500 steps first would hang before.)
         (
             "training, Workers stuck",
-            {"env.id": STUCK_ENV_ID, "env.kwargs": {"stuck_after": 300}},
+            {
+                "env.id": STUCK_ENV_ID,
+                "env.kwargs": {"stuck_after": 300},
+                "env.decorrelate_steps": 0,
+            },
             4,
             training,
         ),
@@ -194,7 +201,12 @@ def stopping(run_dir: Path) -> bool:
         # are stuck long before the 10 s limit: 300 steps take well under a second).
         (
             "stopping, Workers stuck",
-            {"env.id": STUCK_ENV_ID, "env.kwargs": {"stuck_after": 300}, "run.time_limit": 10},
+            {
+                "env.id": STUCK_ENV_ID,
+                "env.kwargs": {"stuck_after": 300},
+                "env.decorrelate_steps": 0,
+                "run.time_limit": 10,
+            },
             4,
             stopping,
         ),
