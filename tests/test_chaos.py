@@ -72,4 +72,7 @@ def test_a_short_chaos_soak_goes_on_after_every_kind_of_fault_and_loses_no_check
     # Every actor's memory was sampled, and the plot was drawn.
     sampled = {m["actor"] for m in figs["memory"]}
     assert {"ParameterServer", "Monitor", "Worker-0", "Worker-1"} <= sampled, sampled
+    # Each sample has the process's private (anonymous) part of its RSS, read on this machine.
+    assert all(0 < r["anon"] < r["rss"] for r in record["memory"] if "anon" in r)
+    assert sum("anon" in r for r in record["memory"]) >= 0.9 * len(record["memory"])
     assert (out / "chaos_memory.png").stat().st_size > 10_000

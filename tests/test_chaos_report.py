@@ -156,6 +156,43 @@ def test_memory_growth_counts_from_each_process_own_mark_and_flags_more_than_ten
     assert cr.figures(flat, 450, 300, 300, 60)["memory_flat"]
 
 
+def test_private_memory_is_judged_apart_from_rss() -> None:
+    # A Monitor whose RSS grows 20% after its mark, none of it anonymous (the object store's
+    # pages it read): RSS growth is flagged, private growth is not.
+    rows = [(10, 300, 10, 280), (400, 320, 400, 280), (600, 384, 600, 280)]
+    rec = record(
+        memory=[
+            {"at": at, "actor": "Monitor", "pid": 21, "rss": mb * MB, "anon": an * MB, "age": age}
+            for at, mb, age, an in rows
+        ]
+    )
+    figs = cr.figures(rec, 450, 300, 300, 60)
+    (m,) = figs["memory"]
+    assert m["growth"] == pytest.approx(0.2) and m["private_growth"] == pytest.approx(0.0)
+    assert m["private_base_mb"] == 280.0 and m["private_last_mb"] == 280.0
+    assert not figs["memory_flat"] and figs["private_memory_flat"] is True
+    text = cr.format_report(rec, figs, (1.0, 2.0))
+    assert "| +20.0% | 280.0 | 280.0 | +0.0% |" in text
+    assert "private (anonymous) memory grew more than 10%: yes" in text
+    # Private growth is flagged on its own.
+    grown = [dict(r, anon=r["rss"] - 20 * MB) for r in rec["memory"]]
+    assert cr.figures(record(memory=grown), 450, 300, 300, 60)["private_memory_flat"] is False
+    # Samples without it have no private figure.
+    assert cr.figures(record(), 450, 300, 300, 60)["private_memory_flat"] is None
+
+
+def test_anonymous_memory_of_a_live_process_and_of_none() -> None:
+    import os
+
+    from a3c_ray.bench.chaos import anonymous_rss
+
+    anon = anonymous_rss(os.getpid())
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    assert anon is not None and 0 < anon < rss
+    assert anonymous_rss(2**22 + 1) is None  # above Linux's largest pid
+
+
 def test_the_report_and_the_plot(tmp_path: Path) -> None:
     rec = record()
     figs = cr.figures(rec, target=450, floor=300, memory_after=300, bound=60)
@@ -163,7 +200,7 @@ def test_the_report_and_the_plot(tmp_path: Path) -> None:
     assert "| Worker killed | 3 | 8.0 | 12.0 | 0 |" in text
     assert "every fault followed by training within 60 s: yes" in text
     assert "held (floor 300): yes; kept: yes" in text
-    assert "| Worker-0 | 13 | 50-600 | 345.0 | 346.0 | 500.0 | 500.0 | +44.5% |" in text
+    assert "| Worker-0 | 13 | 50-600 | 345.0 | 346.0 | 500.0 | 500.0 | +44.5% | - | - | - |" in text
     assert "no actor grew more than 10% after its first 300 s: NO" in text
     png = cr.plot_memory(rec, tmp_path / "m.png", "test")
     assert png.stat().st_size > 10_000

@@ -143,7 +143,8 @@ class SoakResult:
     progress: list[dict[str, Any]]
     """(at, env_steps, mean_return_100, episodes, gradients dropped by reason) every second."""
     memory: list[dict[str, Any]]
-    """(at, actor, pid, rss in bytes, age of its process in seconds) per actor per sample."""
+    """(at, actor, pid, rss and anon in bytes, age of its process in seconds) per actor per
+    sample; ``anon`` is the anonymous part of ``rss`` (``anonymous_rss``), where it could be read."""
     actor_restarts: dict[str, int]
     """Ray's restarts of each actor it restarts itself (the ParameterServer, the Monitor)."""
     summary: dict[str, Any]
@@ -586,8 +587,28 @@ def actor_memory(cluster: LocalCluster, run: str) -> tuple[list[dict[str, Any]],
         if created:
             created = created / 1000 if created > 1e11 else created  # ms or s since the epoch
             age = round(now - created, 1)
-        rows.append({"actor": role(a.name), "pid": int(a.pid or 0), "rss": int(rss), "age": age})
+        row = {"actor": role(a.name), "pid": int(a.pid or 0), "rss": int(rss), "age": age}
+        anon = anonymous_rss(row["pid"])
+        if anon is not None:
+            row["anon"] = anon
+        rows.append(row)
     return rows, restarts
+
+
+def anonymous_rss(pid: int) -> int | None:
+    """The resident anonymous memory of a process of this machine (``RssAnon`` of
+    /proc/PID/status, in bytes): its heap, stacks and anonymous maps, what a leak grows. RSS
+    adds the pages it maps from files and shared memory: the libraries' code, and the object
+    store's pages it has read, which grow with what it reads, not with what it keeps. None where
+    the process is gone or not on this machine."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def role(name: str | None) -> str:

@@ -98,8 +98,10 @@ def learning(record: dict[str, Any], target: float, floor: float) -> dict[str, A
 
 def memory_growth(record: dict[str, Any], after: float) -> list[dict[str, Any]]:
     """Per actor process (a restarted actor is a new one): its RSS when it was ``after`` seconds
-    old, at its last sample and at its peak, and the growth from the first to the last. A process
-    that did not live past ``after`` seconds with two samples since has no growth figure."""
+    old, at its last sample and at its peak, and the growth from the first to the last; the same
+    for its private memory (RSS less the pages it shares: the libraries' code, the object store's
+    pages it has read), where the samples say what is shared. A process that did not live past
+    ``after`` seconds with two samples since has no growth figure."""
     by_process: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for row in record["memory"]:
         by_process[(row["actor"], row["pid"])].append(row)
@@ -118,13 +120,24 @@ def memory_growth(record: dict[str, Any], after: float) -> list[dict[str, Any]]:
             "peak_mb": _mb(max(r["rss"] for r in rows)),
             "base_mb": None,
             "growth": None,
+            "private_base_mb": None,
+            "private_last_mb": None,
+            "private_growth": None,
         }
         if len(settled) >= 2:
-            base = settled[0]["rss"]
-            entry["base_mb"] = _mb(base)
-            entry["growth"] = round((settled[-1]["rss"] - base) / base, 4)
+            first, last = settled[0], settled[-1]
+            entry["base_mb"] = _mb(first["rss"])
+            entry["growth"] = _growth(first["rss"], last["rss"])
+            if "anon" in first and "anon" in last:
+                base, end = first["anon"], last["anon"]
+                entry["private_base_mb"], entry["private_last_mb"] = _mb(base), _mb(end)
+                entry["private_growth"] = _growth(base, end)
         out.append(entry)
     return out
+
+
+def _growth(base: float, last: float) -> float:
+    return round((last - base) / base, 4)
 
 
 def _mb(nbytes: float) -> float:
@@ -139,6 +152,7 @@ def figures(
     never = sum(k["never"] for k in rec.values())
     memory = memory_growth(record, memory_after)
     grown = [m for m in memory if m["growth"] is not None and m["growth"] > MEMORY_GROWTH_LIMIT]
+    private = [m for m in memory if m["private_growth"] is not None]
     dropped = record["progress"][-1]["dropped"] if record["progress"] else {}
     summary = record["summary"]
     return {
@@ -158,11 +172,19 @@ def figures(
         "memory": memory,
         "memory_flat": not grown,
         "memory_checked": sum(m["growth"] is not None for m in memory),
+        # None where the samples have no private (anonymous) memory.
+        "private_memory_flat": (
+            all(m["private_growth"] <= MEMORY_GROWTH_LIMIT for m in private) if private else None
+        ),
     }
 
 
 def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
 
 
 def format_report(record: dict[str, Any], figs: dict[str, Any], load: tuple[float, float]) -> str:
@@ -216,14 +238,16 @@ def format_report(record: dict[str, Any], figs: dict[str, Any], load: tuple[floa
         f"memory (RSS, MB) of each actor process; growth from its {figs['memory_after']:g} s "
         "mark to its last sample:",
         "",
-        "| actor | pid | seconds | first | at the mark | last | peak | growth |",
-        "|---|---|---|---|---|---|---|---|",
+        "| actor | pid | seconds | first | at the mark | last | peak | growth "
+        "| private at the mark | private last | private growth |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in figs["memory"]:
-        growth = "-" if m["growth"] is None else f"{100 * m['growth']:+.1f}%"
         lines.append(
             f"| {m['actor']} | {m['pid']} | {m['from']:.0f}-{m['to']:.0f} | {m['first_mb']} "
-            f"| {_s(m['base_mb'])} | {m['last_mb']} | {m['peak_mb']} | {growth} |"
+            f"| {_s(m['base_mb'])} | {m['last_mb']} | {m['peak_mb']} | {_pct(m['growth'])} "
+            f"| {_s(m['private_base_mb'])} | {_s(m['private_last_mb'])} "
+            f"| {_pct(m['private_growth'])} |"
         )
     limit = f"{100 * MEMORY_GROWTH_LIMIT:.0f}%"
     lines.append(
@@ -231,12 +255,18 @@ def format_report(record: dict[str, Any], figs: dict[str, Any], load: tuple[floa
         f"{'yes' if figs['memory_flat'] else 'NO'} ({figs['memory_checked']} processes lived "
         "long enough to tell)"
     )
+    if figs["private_memory_flat"] is not None:
+        lines.append(
+            f"no actor's private (anonymous) memory grew more than {limit}: "
+            f"{'yes' if figs['private_memory_flat'] else 'NO'}"
+        )
     return "\n".join(lines)
 
 
 def plot_memory(record: dict[str, Any], path: Path, title: str) -> Path:
-    """Each actor process's RSS against minutes of the soak, one line per process (a restarted
-    actor starts a new one), coloured by role; the faults as ticks along the top."""
+    """Each actor process's RSS (and, dashed, its private part) against minutes of the soak, one
+    line per process (a restarted actor starts a new one), coloured by role; the faults as ticks
+    along the top."""
     try:
         import matplotlib
 
@@ -262,6 +292,16 @@ def plot_memory(record: dict[str, Any], path: Path, title: str) -> Path:
             marker="." if len(rows) < 3 else None,
             label=None if actor in labelled else actor,
         )
+        if all("anon" in r for r in rows):
+            ax.plot(
+                [r["at"] / 60 for r in rows],
+                [r["anon"] / 2**20 for r in rows],
+                color=colors[actor],
+                linestyle="--",
+                linewidth=0.8,
+                label=None if "private" in labelled else "private (dashed: anonymous)",
+            )
+            labelled.add("private")
         labelled.add(actor)
     marks = {"worker": "|", "ps": "v", "monitor": "s", "node": "x"}
     top = ax.get_ylim()[1]
