@@ -184,7 +184,7 @@ def test_private_memory_is_judged_apart_from_rss() -> None:
 def test_anonymous_memory_of_a_live_process_and_of_none() -> None:
     import os
 
-    from a3c_ray.bench.chaos import anonymous_rss
+    from a3c_ray.bench.cluster_probe import anonymous_rss
 
     anon = anonymous_rss(os.getpid())
     with open(f"/proc/{os.getpid()}/statm") as f:
