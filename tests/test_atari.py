@@ -15,9 +15,8 @@ from a3c_ray.algo.models import build_model, get_flat_params
 from a3c_ray.algo.worker import Worker
 from a3c_ray.commands.evaluate import env_config_from_checkpoint
 from a3c_ray.config import Config, EnvConfig
+from a3c_ray.envs.atari import FRAME_SKIP, NOOP_MAX
 from a3c_ray.envs.make import (
-    FRAME_SKIP,
-    NOOP_MAX,
     check_env_id,
     env_spaces,
     make_env,

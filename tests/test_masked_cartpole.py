@@ -9,7 +9,8 @@ from a3c_ray.algo.models import build_model, get_flat_params
 from a3c_ray.algo.parameter_server import ParameterServer
 from a3c_ray.algo.worker import Worker
 from a3c_ray.config import Config
-from a3c_ray.envs.make import MASKED_CARTPOLE_ID, env_spaces
+from a3c_ray.envs.make import env_spaces
+from a3c_ray.envs.masked import MASKED_CARTPOLE_ID
 
 STEPS = 320_000
 THRESHOLD = 100.0

@@ -22,8 +22,9 @@ from a3c_ray.algo.models import State, build_model, get_flat_grad, sample_action
 from a3c_ray.algo.returns import gae
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
+from a3c_ray.envs.atari import emulator_seconds
 from a3c_ray.envs.faults import count_failures
-from a3c_ray.envs.make import action_bounds, clip_actions, emulator_seconds, make_vector_env
+from a3c_ray.envs.make import action_bounds, clip_actions, make_vector_env
 
 TIMING_KEYS = ("env", "emulator", "forward", "backward", "push", "wait", "pull")
 

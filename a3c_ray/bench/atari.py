@@ -31,7 +31,8 @@ import gymnasium as gym
 import numpy as np
 
 from a3c_ray.config import Config, EnvConfig, PSConfig
-from a3c_ray.envs.make import FRAME_SKIP, make_env, register_extra_envs
+from a3c_ray.envs.atari import FRAME_SKIP
+from a3c_ray.envs.make import make_env, register_extra_envs
 
 
 @dataclass

@@ -22,8 +22,8 @@ import torch
 from a3c_ray.algo.messages import Progress, WorkerResult
 from a3c_ray.algo.models import build_model, num_params, sample_actions
 from a3c_ray.config import Config
+from a3c_ray.envs.atari import FRAME_SKIP
 from a3c_ray.envs.make import (
-    FRAME_SKIP,
     action_bounds,
     action_size,
     clip_actions,

@@ -5,14 +5,7 @@ mode: when an episode ends, ``step`` returns the first observation of the next e
 last observation of the finished one in ``info["final_obs"]``. That is what n-step returns need:
 a truncated episode is bootstrapped from V(final_obs), a terminated one from 0.
 
-Atari (any id whose entry point is ale-py's) gets the preprocessing of Mnih et al. (2015, 2016):
-the base env runs at ``frameskip=1`` and gymnasium's ``AtariPreprocessing`` adds up to 30 no-op
-starts, a frame skip of 4 (max over the last two frames) and 84x84 grayscale; then
-``FrameStackObservation`` stacks ``env.frame_stack`` frames into a uint8 ``[stack, 84, 84]``
-observation. Training envs also end an episode at every life lost (without resetting the game)
-and clip rewards to [-1, 1]; evaluation envs play whole games with raw rewards. The statistics
-that training reports (``RecordEpisodeStatistics``) are taken below those two wrappers, so they
-are always of whole games with raw rewards.
+Atari (any id whose entry point is ale-py's) gets the preprocessing of ``a3c_ray.envs.atari``.
 """
 
 from __future__ import annotations
@@ -20,23 +13,18 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import time
-from typing import Any, SupportsFloat
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from gymnasium.vector import AutoresetMode
 
 from a3c_ray.config import Config, EnvConfig
+from a3c_ray.envs import atari
 from a3c_ray.envs.faults import RecreateOnError
 from a3c_ray.envs.faults import register as register_fault_envs
+from a3c_ray.envs.masked import MASKED_CARTPOLE_ID
 from a3c_ray.errors import install_hint
-
-NOOP_MAX = 30
-FRAME_SKIP = 4
-ATARI_FRAME_STACK = 4
-MASKED_CARTPOLE_ID = "a3c_ray/MaskedCartPole-v1"
 
 
 def check_env_id(env_id: str) -> str | None:
@@ -219,7 +207,7 @@ def register_extra_envs() -> None:
     if MASKED_CARTPOLE_ID not in gym.registry:
         gym.register(
             MASKED_CARTPOLE_ID,
-            entry_point="a3c_ray.envs.make:MaskedCartPoleEnv",
+            entry_point="a3c_ray.envs.masked:MaskedCartPoleEnv",
             max_episode_steps=500,
             reward_threshold=475.0,
         )
@@ -245,95 +233,12 @@ def frame_stack(cfg: EnvConfig) -> int:
     """Frames per observation: ``env.frame_stack``, or by default 4 for Atari and 1 otherwise."""
     if cfg.frame_stack is not None:
         return cfg.frame_stack
-    return ATARI_FRAME_STACK if is_atari(cfg.id) else 1
-
-
-class EmulatorClock(gym.Wrapper[Any, Any, Any, Any]):
-    """Adds the seconds spent in the wrapped env's ``step`` (the bare emulator) to a total for the
-    whole process, which ``emulator_seconds`` reads: the profile's emulator share, apart from the
-    preprocessing around it. Two clock reads per emulator step, well under a microsecond."""
-
-    seconds = 0.0
-
-    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        t0 = time.perf_counter()
-        try:
-            return self.env.step(action)
-        finally:
-            EmulatorClock.seconds += time.perf_counter() - t0
-
-
-def emulator_seconds() -> float:
-    """Seconds this process has spent inside Atari emulators' ``step`` (0 without Atari)."""
-    return EmulatorClock.seconds
-
-
-class LifeLossTerminal(gym.Wrapper[Any, Any, Any, Any]):
-    """Ends an episode when a life is lost, without restarting the game (Mnih et al. 2015).
-
-    The value target stops at a life lost, which speeds up learning that dying is bad. ``reset``
-    after such an end takes one no-op step and carries on in the same game; only a real game over
-    (or a time limit) resets the emulator.
-    """
-
-    def __init__(self, env: gym.Env[Any, Any]):
-        super().__init__(env)
-        self.lives = 0
-        self.game_over = True
-
-    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.game_over = terminated or truncated
-        lives = self.env.unwrapped.ale.lives()  # type: ignore[attr-defined]
-        if 0 < lives < self.lives:
-            terminated = True
-        self.lives = lives
-        return obs, reward, terminated, truncated, info
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Any, dict[str, Any]]:
-        if self.game_over or seed is not None:
-            obs, info = self.env.reset(seed=seed, options=options)
-        else:
-            obs, _, terminated, truncated, info = self.env.step(0)
-            if terminated or truncated:  # the game ended during the no-op: start a new one
-                obs, info = self.env.reset(options=options)
-        self.game_over = False
-        self.lives = self.env.unwrapped.ale.lives()  # type: ignore[attr-defined]
-        return obs, info
+    return atari.ATARI_FRAME_STACK if is_atari(cfg.id) else 1
 
 
 def _make_atari(cfg: EnvConfig, training: bool, render_mode: str | None) -> gym.Env[Any, Any]:
-    # A grayscale base observation is the cheapest one for ALE to hand over. With max_pool the
-    # preprocessing skips frames itself, reading the screen at the last two of each FRAME_SKIP;
-    # without, the emulator repeats the action FRAME_SKIP times in one call and only the last
-    # screen is read, and the no-op start counts in those steps (up to NOOP_MAX frames either way).
-    skip_in_emulator = not cfg.max_pool
-    kwargs: dict[str, Any] = {
-        "frameskip": FRAME_SKIP if skip_in_emulator else 1,
-        "obs_type": "grayscale",
-    }
-    if cfg.repeat_action_probability is not None:
-        kwargs["repeat_action_probability"] = cfg.repeat_action_probability
-    env = _base_env(cfg, render_mode, timed=True, **kwargs)
-    env = gym.wrappers.AtariPreprocessing(
-        env,
-        noop_max=NOOP_MAX // FRAME_SKIP if skip_in_emulator else NOOP_MAX,
-        frame_skip=1 if skip_in_emulator else FRAME_SKIP,
-        screen_size=cfg.screen_size,
-        grayscale_obs=True,
-        terminal_on_life_loss=False,  # its version resets the game at each life; see LifeLossTerminal
-        scale_obs=False,
-    )
-    if cfg.max_episode_steps is not None:  # in agent steps, not emulator frames
-        env = gym.wrappers.TimeLimit(env, cfg.max_episode_steps)
-    # Whole games and raw rewards, below the training-only wrappers.
-    env = gym.wrappers.RecordEpisodeStatistics(env)
-    if training:
-        env = LifeLossTerminal(env)
-        env = gym.wrappers.ClipReward(env, -1.0, 1.0)
-    return gym.wrappers.FrameStackObservation(env, frame_stack(cfg))
+    env = _base_env(cfg, render_mode, timed=True, **atari.base_kwargs(cfg))
+    return atari.preprocess(env, cfg, training, frame_stack(cfg))
 
 
 def _base_env(
@@ -345,7 +250,7 @@ def _base_env(
 
     def make() -> gym.Env[Any, Any]:
         env = _make_base(cfg, render_mode, **extra)
-        return _wrap(EmulatorClock(env) if timed else env, cfg.wrappers)
+        return _wrap(atari.EmulatorClock(env) if timed else env, cfg.wrappers)
 
     return RecreateOnError(make)
 
@@ -383,36 +288,3 @@ def env_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Box, gym.Space[Any]]:
         return env.observation_space, env.action_space  # type: ignore[return-value]
     finally:
         env.close()
-
-
-class MaskedCartPoleEnv(CartPoleEnv):
-    """CartPole that shows only the cart position and the pole angle, not their velocities.
-
-    A partially observed task: a policy that sees one observation cannot tell which way the pole is
-    moving, so it needs memory (an LSTM state, or stacked frames) to balance well.
-    """
-
-    VISIBLE = (0, 2)  # x, theta; x_dot and theta_dot are hidden
-
-    def __init__(self, render_mode: str | None = None):
-        super().__init__(render_mode=render_mode)
-        full = self.observation_space
-        assert isinstance(full, gym.spaces.Box)
-        # Scaled by the failure thresholds, so that both inputs span [-1, 1] while the pole is up.
-        self.scale = np.array([self.x_threshold, self.theta_threshold_radians], dtype=np.float32)
-        idx = list(self.VISIBLE)
-        low, high = full.low[idx] / self.scale, full.high[idx] / self.scale
-        self.observation_space = gym.spaces.Box(low, high, dtype=np.float32)
-
-    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = super().step(action)
-        return self._mask(obs), reward, terminated, truncated, info
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        obs, info = super().reset(seed=seed, options=options)
-        return self._mask(obs), info
-
-    def _mask(self, obs: np.ndarray) -> np.ndarray:
-        return (obs[list(self.VISIBLE)] / self.scale).astype(np.float32)
