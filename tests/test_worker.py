@@ -161,6 +161,53 @@ def test_a_starting_worker_spreads_its_envs_over_an_episode() -> None:
     assert [e.get_wrapper_attr("_elapsed_steps") for e in w.envs.envs] == [6, 56, 106, 156]
 
 
+def test_a_starting_worker_trains_from_the_weights_of_after_spreading_its_envs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a new Worker spreads its envs the others train on: its first gradient comes from the
+    newest weights, not from those it pulled before the spread (WorkerShell.train, with an
+    in-process ParameterServer in place of the shard actors)."""
+    from a3c_ray.runtime import actors
+
+    cfg = Config()
+    cfg.env.num_envs, cfg.algo.t_max, cfg.env.decorrelate_steps = 3, 6, 30
+    cfg.ps.graph_workers, cfg.run.max_steps = 0, 18 * 8
+    obs, act = env_spaces(cfg.env)
+    shape, n = tuple(obs.shape), int(act.n)
+    ps = ParameterServer(cfg, get_flat_params(build_model(cfg.model, shape, n)))
+    other = Worker(cfg, 1, shape, n)
+    other.set_weights(*ps.get_weights())
+    staleness: list[int] = []
+
+    class Shards:
+        def __init__(self, handles: list[object], cfg: Config) -> None:
+            pass
+
+        def pull(self) -> PushReply:
+            weights, version, lineage = ps.get_weights()
+            return PushReply(weights.copy(), version, False, True, lineage)
+
+        def send(self, p: GradientPush) -> Callable[[], PushReply]:
+            staleness.append(ps.version - p.version)
+            reply = ps.push(p)
+            return lambda: reply
+
+    monkeypatch.setattr(actors, "ShardedServer", Shards)
+    threads = torch.get_num_threads()
+    shell = actors.WorkerShell(cfg, 0, shape, n)
+    torch.set_num_threads(threads)  # the shell sets one thread for its process
+    spread = shell.decorrelate
+
+    def spread_while_another_trains(steps: int) -> None:
+        spread(steps)
+        for _ in range(3):
+            ps.push(other.train_step())
+
+    monkeypatch.setattr(shell, "decorrelate", spread_while_another_trains)
+    shell.train([object()])
+    assert ps.gradients_applied > 3 and staleness[0] == 0, staleness
+
+
 @pytest.mark.parametrize(
     ("overrides", "steps"),
     [

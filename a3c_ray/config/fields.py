@@ -41,7 +41,7 @@ class EnvConfig:
     max_episode_steps: int | None = None
     """Override of the env's own time limit; episodes cut by it are truncated, not terminated. For Atari it counts agent steps of 4 frames (ALE's own cap is 108,000 frames)."""
     decorrelate_steps: int | None = None
-    """Before a Worker trains (at the start of a run, on resume and after a restart), it plays this many steps on the newest weights without training and resets its env i of K at step ``(K - i) / K`` of them, so its envs start i/K of the way into an episode instead of all at step 0. null: the episode's time limit where it is 1,000 steps or less (CartPole's 500), else 0 (Atari, whose episodes differ in length anyway); 0 turns it off. Where every episode lasts the time limit, as a solved CartPole's do, envs reset together stay in step forever, and a Worker restarted beside a trained one sent bursts of failed episodes (docs/reliability.md)."""
+    """Before a Worker trains (at the start of a run, on resume and after a restart), it plays this many steps on the newest weights without training and resets its env i of K at step ``(K - i) / K`` of them, so its envs start i/K of the way into an episode instead of all at step 0; then it pulls the newest weights again, so that its first gradient is not as stale as the spread is long. null: the episode's time limit where it is 1,000 steps or less (CartPole's 500), else 0 (Atari, whose episodes differ in length anyway); 0 turns it off. Where every episode lasts the time limit, as a solved CartPole's do, envs reset together stay in step forever, and a Worker restarted beside a trained one sent bursts of failed episodes (docs/reliability.md)."""
     frame_stack: int | None = None
     """Observations stacked into one, oldest first. null: 4 for Atari (the papers' input to the feed-forward CNN), none for other envs. With ``model.lstm`` on Atari, 1 is enough: the LSTM state carries the motion."""
     screen_size: int = 84
@@ -123,7 +123,7 @@ class RunConfig:
     target_from: str = "train"
     """What ``target_return`` is compared with: ``train``, the mean undiscounted return of the last 100 training episodes of all Workers; ``eval``, each of the Monitor's evaluations (the mean of ``monitor.eval_episodes`` whole episodes), so that a run stops at the first evaluation that reaches it."""
     time_limit: float | None = None
-    """Stop after this many seconds of training (from the first gradient applied); null never."""
+    """Stop after this many seconds of training (from the first gradient applied); null never. A run that has applied no gradient this long plus run.stop_grace after its ParameterServer started (its Workers hang in their envs, or cannot be placed) stops too."""
     seed: int = 0
     """Root seed; every Worker's and the Monitor's seeds derive from it deterministically."""
     run_dir: str | None = None
