@@ -83,8 +83,8 @@ def test_a_worker_stuck_in_its_env_is_killed_after_the_grace(
 ) -> None:
     # Every Worker hangs inside env.step after 100 steps of each env; the time limit is then
     # reached by the driver's polling alone, and the Workers are killed after the 3 s grace. (The
-    # Monitor's one final game stays below 100 steps: a policy of a few pushes plays ~20.) The
-    # Workers train from their first step: spreading the envs first would use up the 100 steps.
+    # Monitor's one final game stays below 100 steps: a policy of a few pushes plays ~20.) No
+    # Worker spends its 100 steps spreading its envs (env.decorrelate_steps 0).
     cfg = small_config(
         tmp_path,
         env__id=STUCK_ENV_ID,
@@ -108,14 +108,16 @@ def test_a_worker_stuck_in_its_env_is_killed_after_the_grace(
 def test_workers_stuck_before_their_first_gradient_do_not_hold_a_run_past_its_time_limit(
     ray_session: None, tmp_path: Path
 ) -> None:
-    # Every Worker hangs in env.step after 100 steps of each env, within the 500 steps that
-    # spread its envs before it trains: no gradient is ever applied and the training clock never
-    # starts. The run stops once its limit and the grace have passed since it started, then
-    # waits out the grace for its stuck Workers and kills them.
+    # Every Worker hangs in env.step after 100 steps of each env, within its first rollout of
+    # 200: no gradient is ever applied and the training clock never starts. The run stops once
+    # its limit and the grace have passed since it started, then waits out the grace for its
+    # stuck Workers and kills them. (The Monitor's final game, of an untrained policy, stays
+    # below 100 steps.)
     cfg = small_config(
         tmp_path,
         env__id=STUCK_ENV_ID,
         env__kwargs__stuck_after=100,
+        algo__t_max=200,
         run__time_limit=4,
         run__max_steps=10**9,
         run__stop_grace=3,
@@ -216,8 +218,8 @@ def stopping(run_dir: Path) -> bool:
         ("starting, Workers pending", {"run.workers": 3}, 2, started),
         # Ctrl-C while one Worker trains and two wait for CPUs.
         ("training, Workers pending", {"run.workers": 3}, 2, training),
-        # Ctrl-C while both Workers hang inside env.step: they are killed after the grace. (The
-        # Workers train from their first step: spreading 500 steps first would hang before.)
+        # Ctrl-C while both Workers hang inside env.step: they are killed after the grace. (No
+        # Worker spends its 300 steps spreading its envs: env.decorrelate_steps 0.)
         (
             "training, Workers stuck",
             {

@@ -177,6 +177,7 @@ def test_a_starting_worker_trains_from_the_weights_of_after_spreading_its_envs(
     ps = ParameterServer(cfg, get_flat_params(build_model(cfg.model, shape, n)))
     other = Worker(cfg, 1, shape, n)
     other.set_weights(*ps.get_weights())
+    ps.push(other.train_step())  # the run has trained: a new Worker spreads its envs
     staleness: list[int] = []
 
     class Shards:
@@ -205,7 +206,19 @@ def test_a_starting_worker_trains_from_the_weights_of_after_spreading_its_envs(
 
     monkeypatch.setattr(shell, "decorrelate", spread_while_another_trains)
     shell.train([object()])
-    assert ps.gradients_applied > 3 and staleness[0] == 0, staleness
+    assert ps.gradients_applied > 4 and staleness[0] == 0, staleness
+
+
+def test_a_worker_spreads_its_envs_only_once_the_weights_have_trained() -> None:
+    """At a run's start (version 0) an untrained policy's episodes differ in length: no spread.
+    On resume or after a restart (version > 0) the envs are spread."""
+    w = make_worker(env__num_envs=4)
+    assert not w.spread_envs()
+    assert [e.get_wrapper_attr("_elapsed_steps") for e in w.envs.envs] == [0, 0, 0, 0]
+    w.set_weights(get_flat_params(w.model), 7)
+    assert w.spread_envs()
+    # CartPole's untrained episodes end within the 500 steps: each env's time differs.
+    assert len({e.get_wrapper_attr("_elapsed_steps") for e in w.envs.envs}) > 1
 
 
 @pytest.mark.parametrize(

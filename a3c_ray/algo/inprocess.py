@@ -57,8 +57,8 @@ def trace_row(ps: Any, s: WindowStats, max_grad_norm: float) -> dict[str, Any]:
 def train(cfg: Config, workers: int, trace_every: int = 0, restart_every: int = 0) -> InProcessRun:
     """Train ``cfg`` to ``run.max_steps`` (or ``run.time_limit``) with ``workers`` Workers here.
 
-    Every Worker starts as on Ray: the newest weights, then its envs spread over an episode
-    (``Worker.decorrelate``). With ``restart_every``, every that many env steps the Workers in
+    Every Worker starts as on Ray: the newest weights, then, once they have trained, its envs
+    spread over an episode (``Worker.spread_envs``). With ``restart_every``, every that many env steps the Workers in
     turn are replaced by new ones (new envs, a fresh random stream, the newest weights), as a
     Worker killed and restarted on Ray is, and its reply in flight is lost."""
     import torch
@@ -80,7 +80,7 @@ def train(cfg: Config, workers: int, trace_every: int = 0, restart_every: int = 
         w = Worker(c, i, shape, n, stream)
         weights, version, lineage = ps.get_weights()
         w.set_weights(weights.copy(), version, lineage)
-        w.decorrelate(w.decorrelation_steps())
+        w.spread_envs()
         return w
 
     team = [start(i) for i in range(workers)]

@@ -105,6 +105,15 @@ class Worker:
         limit = self.cfg.env.max_episode_steps or getattr(spec, "max_episode_steps", None)
         return int(limit) if limit and limit <= DECORRELATE_UP_TO else 0
 
+    def spread_envs(self) -> bool:
+        """Spread the envs over an episode (``decorrelate``) when the weights have trained
+        (version > 0: on resume, after a restart); True when it did. At a run's start an
+        untrained policy's episodes differ in length, and the envs fall out of step by
+        themselves."""
+        steps = self.decorrelation_steps() if self.version > 0 else 0
+        self.decorrelate(steps)
+        return steps > 0 and self.cfg.env.num_envs > 1
+
     @torch.no_grad()
     def decorrelate(self, steps: int) -> None:
         """Spread the envs over an episode before training: play ``steps`` steps on the current

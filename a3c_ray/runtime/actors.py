@@ -267,9 +267,7 @@ class WorkerShell(Worker):
                 calls, self.index, self.node_id(), nodes, self.cfg.algo.max_staleness
             )
         self.handle_reply(server.pull())
-        spread = self.decorrelation_steps()
-        if spread:
-            self.decorrelate(spread)
+        if self.spread_envs():
             # The other Workers trained on meanwhile: the first rollout starts from the newest
             # weights, not from those of before the spread, whose gradient would be that stale.
             self.handle_reply(server.pull())
