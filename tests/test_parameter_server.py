@@ -382,34 +382,6 @@ def test_the_time_limit_is_reached_without_a_push_and_training_time_ends_at_the_
     assert 0.2 <= p.train_seconds < 0.5
 
 
-def test_a_run_without_a_gradient_stops_at_its_time_limit_and_grace_from_its_start() -> None:
-    import time
-
-    # Workers that hang in their env before their first gradient: no training clock ever starts,
-    # so the limit counts from the ParameterServer's start, with run.stop_grace for the Workers
-    # to start.
-    ps = make_ps(run__time_limit=0.2, run__stop_grace=0.2)
-    time.sleep(0.25)
-    assert ps.progress().stop_reason is None  # within the limit and the grace
-    time.sleep(0.2)
-    p = ps.progress()
-    assert p.stop_reason == "time_limit" and p.train_seconds == 0.0 and p.env_steps == 0
-    # A resumed run's earlier training counts: it waits only what is left of the limit.
-    resumed = make_ps(run__time_limit=100.0, run__stop_grace=0.2)
-    resumed.coordinator.train_seconds_before = 99.9
-    assert resumed.progress().stop_reason is None
-    time.sleep(0.35)
-    assert resumed.progress().stop_reason == "time_limit"
-    # One whose time is already spent stops at once.
-    spent = make_ps(run__time_limit=100.0, run__stop_grace=60.0)
-    spent.coordinator.train_seconds_before = 100.0
-    assert spent.progress().stop_reason == "time_limit"
-    # Without a time limit nothing stops it.
-    unlimited = make_ps(run__stop_grace=0.0)
-    time.sleep(0.05)
-    assert unlimited.progress().stop_reason is None
-
-
 def test_a_new_call_of_the_server_actor_is_locked_or_named_here() -> None:
     """Pushes arrive on compiled-graph threads beside ordinary calls, so the actor takes one lock
     per call. A public method added to either class fails here until it is wrapped with

@@ -38,7 +38,6 @@ class Coordinator:
         self.staleness_max = 0
         self.train_seconds_before = 0.0  # carried over from a resumed run
         self.t_first: float | None = None
-        self.t_created = time.monotonic()  # until the first gradient, the time limit's clock
         self.t_stop: float | None = None  # when the stop was decided: training time ends there
         self.stop_reason: str | None = None
         self.steps_to_target: int | None = None
@@ -74,22 +73,8 @@ class Coordinator:
             self.stop(STOP_TARGET)
         elif env_steps >= self.cfg.max_steps:
             self.stop(STOP_MAX_STEPS)
-        elif self.time_is_up():
+        elif self.cfg.time_limit is not None and self.train_seconds() >= self.cfg.time_limit:
             self.stop(STOP_TIME_LIMIT)
-
-    def time_is_up(self) -> bool:
-        """The time limit is reached: ``run.time_limit`` seconds of training; or, with no
-        gradient yet, the limit and ``run.stop_grace`` since this ParameterServer started. Then
-        every Worker hangs in its env before its first gradient (in the steps that spread its
-        envs, or its first rollout), or none can be placed, and a limit that counts from the
-        first gradient would never come."""
-        limit = self.cfg.time_limit
-        if limit is None:
-            return False
-        if self.train_seconds() >= limit:  # a resumed run whose time is spent stops at once
-            return True
-        waited = self.train_seconds_before + time.monotonic() - self.t_created
-        return self.t_first is None and waited >= limit + self.cfg.stop_grace
 
     def stop(self, reason: str) -> None:
         """Decide the stop (the first reason stands); training time ends here."""

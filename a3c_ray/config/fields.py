@@ -123,7 +123,7 @@ class RunConfig:
     target_from: str = "train"
     """What ``target_return`` is compared with: ``train``, the mean undiscounted return of the last 100 training episodes of all Workers; ``eval``, each of the Monitor's evaluations (the mean of ``monitor.eval_episodes`` whole episodes), so that a run stops at the first evaluation that reaches it."""
     time_limit: float | None = None
-    """Stop after this many seconds of training (from the first gradient applied); null never. A run that has applied no gradient this long plus run.stop_grace after its ParameterServer started (its Workers hang in their envs, or cannot be placed) stops too."""
+    """Stop after this many seconds of training (from the first gradient applied); null never."""
     seed: int = 0
     """Root seed; every Worker's and the Monitor's seeds derive from it deterministically."""
     run_dir: str | None = None

@@ -30,7 +30,7 @@ from typing import Any, cast
 import ray
 from tqdm import tqdm
 
-from a3c_ray.algo.coordinator import STOP_ERROR, STOP_INTERRUPTED, STOP_TIME_LIMIT
+from a3c_ray.algo.coordinator import STOP_ERROR, STOP_INTERRUPTED
 from a3c_ray.algo.messages import CheckpointMeta, Progress, WorkerResult
 from a3c_ray.config import Config
 from a3c_ray.envs.make import action_size, env_spaces
@@ -305,16 +305,6 @@ class Run:
                 self.cfg.run.stop_grace,
                 len(self.pending),
             )
-            p = self.progress
-            if p is not None and reason == STOP_TIME_LIMIT and p.gradients_applied == 0:
-                run = self.cfg.run
-                why = (
-                    f"no gradient applied within run.time_limit + run.stop_grace = "
-                    f"{(run.time_limit or 0) + run.stop_grace:g} s of the start: every Worker "
-                    "hung in its env before its first gradient, or none could be placed"
-                )
-                self.failure_log.append(why)
-                log.warning("a3c-ray: %s", why)
         overdue = now - self.stopping_since >= self.cfg.run.stop_grace
         for ref, i in list(self.pending.items()):
             never_started = not ray.wait([self.started[i]], timeout=0)[0]
