@@ -199,10 +199,11 @@ def test_a_starting_worker_trains_from_the_weights_of_after_spreading_its_envs(
     torch.set_num_threads(threads)  # the shell sets one thread for its process
     spread = shell.decorrelate
 
-    def spread_while_another_trains(steps: int) -> None:
-        spread(steps)
+    def spread_while_another_trains(steps: int) -> bool:
+        spread_them = spread(steps)
         for _ in range(3):
             ps.push(other.train_step())
+        return spread_them
 
     monkeypatch.setattr(shell, "decorrelate", spread_while_another_trains)
     shell.train([object()])

@@ -58,8 +58,8 @@ def train(cfg: Config, workers: int, trace_every: int = 0, restart_every: int = 
     """Train ``cfg`` to ``run.max_steps`` (or ``run.time_limit``) with ``workers`` Workers here.
 
     Every Worker starts as on Ray: the newest weights, then, once they have trained, its envs
-    spread over an episode (``Worker.spread_envs``). With ``restart_every``, every that many env steps the Workers in
-    turn are replaced by new ones (new envs, a fresh random stream, the newest weights), as a
+    spread over an episode (``Worker.spread_envs``). With ``restart_every``, every that many env
+    steps the Workers in turn are replaced by new ones (new envs, a fresh random stream, the newest weights), as a
     Worker killed and restarted on Ray is, and its reply in flight is lost."""
     import torch
 

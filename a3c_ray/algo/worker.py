@@ -110,12 +110,10 @@ class Worker:
         (version > 0: on resume, after a restart); True when it did. At a run's start an
         untrained policy's episodes differ in length, and the envs fall out of step by
         themselves."""
-        steps = self.decorrelation_steps() if self.version > 0 else 0
-        self.decorrelate(steps)
-        return steps > 0 and self.cfg.env.num_envs > 1
+        return self.decorrelate(self.decorrelation_steps() if self.version > 0 else 0)
 
     @torch.no_grad()
-    def decorrelate(self, steps: int) -> None:
+    def decorrelate(self, steps: int) -> bool:
         """Spread the envs over an episode before training: play ``steps`` steps on the current
         weights, training on none and reporting no episode, and reset env i of K at step
         ``steps * (K - i) / K``, so that env i starts training i/K of ``steps`` into an episode.
@@ -123,10 +121,11 @@ class Worker:
         Envs reset together stay in step where every episode lasts the time limit (a solved
         CartPole): all K then send the same part of an episode at once, and a Worker started
         beside one that trained for long sent bursts of failed episodes (docs/reliability.md).
+        True when it spread them (some steps, more than one env).
         """
         k = self.cfg.env.num_envs
         if steps <= 0 or k < 2:
-            return
+            return False
         reset_at = steps - (np.arange(k) * steps) // k
         for s in range(steps + 1):
             mask = reset_at == s
@@ -139,6 +138,7 @@ class Worker:
             action = sample_actions(logits, self.generator, continuous=self.model.continuous)
             self.obs, _, term, trunc, _ = self.envs.step(clip_actions(self.envs, action.numpy()))
             self.reset_next = term | trunc
+        return True
 
     # -- rollout -----------------------------------------------------------------------------
     def _act(

@@ -99,9 +99,9 @@ def learning(record: dict[str, Any], target: float, floor: float) -> dict[str, A
 def memory_growth(record: dict[str, Any], after: float) -> list[dict[str, Any]]:
     """Per actor process (a restarted actor is a new one): its RSS when it was ``after`` seconds
     old, at its last sample and at its peak, and the growth from the first to the last; the same
-    for its private memory (RSS less the pages it shares: the libraries' code, the object store's
-    pages it has read), where the samples say what is shared. A process that did not live past
-    ``after`` seconds with two samples since has no growth figure."""
+    for its private (anonymous) memory, where the samples have it: RSS less the pages mapped from
+    files and shared memory (the libraries' code, the object store's pages it has read). A process
+    that did not live past ``after`` seconds with two samples since has no growth figure."""
     by_process: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for row in record["memory"]:
         by_process[(row["actor"], row["pid"])].append(row)

@@ -59,7 +59,8 @@ def worker_hosts(run: str) -> dict[int, list[int]]:
 def actor_memory(cluster: LocalCluster, run: str) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The resident memory of each live actor of ``run``, and Ray's restarts of each: the actors
     and their processes from the state API, each process's RSS from the dashboard's per-actor
-    process stats (gathered by the agent of every node, refreshed every few seconds)."""
+    process stats (gathered by the agent of every node, refreshed every few seconds), its
+    anonymous part (``anon``) from ``/proc``."""
     from ray.util.state import list_actors
 
     gcs = ray.get_runtime_context().gcs_address
