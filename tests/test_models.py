@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -15,8 +16,12 @@ from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import (
     ActorCritic,
     build_model,
+    compute_context,
+    cpu_flags,
+    get_flat_grad,
     get_flat_params,
     num_params,
+    resolve_compute_dtype,
     resolve_kind,
     set_flat_params,
 )
@@ -283,3 +288,72 @@ def test_a_separate_critic_is_refused_with_an_lstm_or_a_cnn() -> None:
     assert any(
         "model.critic: must be one of shared, separate" in p for p in cfg.validate(choices.problems)
     )
+
+
+def _small_worker(compute_dtype: str) -> Worker:
+    cfg = Config()
+    cfg.env.id = "a3c_ray/MaskedCartPole-v1"
+    cfg.env.num_envs = 4
+    cfg.algo.t_max = 5
+    cfg.algo.compute_dtype = compute_dtype
+    cfg.model.kind = "mlp"
+    return Worker(cfg, 0, (2,), 2)
+
+
+def test_bfloat16_passes_give_float32_outputs_and_gradients_close_to_float32s() -> None:
+    """The autocast path changes what the passes compute in, not what leaves them: the CNN's
+    logits, values and the flat gradient are float32, and within bfloat16's rounding of the
+    float32 ones (8 bits of mantissa: about 1% here, far below a gradient's own noise)."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(kind="cnn"), (4, 84, 84), 6)
+    frames = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
+    grads = {}
+    for name in ("float32", "bfloat16"):
+        model.zero_grad()
+        with compute_context(name):
+            logits, values, _ = model(frames)
+        if name == "bfloat16":
+            assert logits.dtype == torch.bfloat16  # the passes did run in bfloat16
+        (logits.float().logsumexp(-1).sum() + values.float().pow(2).sum()).backward()
+        grads[name] = get_flat_grad(model)
+    assert grads["bfloat16"].dtype == np.float32
+    rel = np.linalg.norm(grads["bfloat16"] - grads["float32"]) / np.linalg.norm(grads["float32"])
+    assert 0 < rel < 0.05
+
+
+def test_a_worker_computing_in_bfloat16_hands_float32_to_the_rest_of_its_step() -> None:
+    worker = _small_worker("bfloat16")
+    ro = worker.rollout()
+    assert ro.values.dtype == np.float32 and ro.last_values.dtype == np.float32
+    grad, stats = worker.compute_gradient(ro)
+    assert grad.dtype == np.float32 and np.isfinite(grad).all() and np.abs(grad).sum() > 0
+    assert all(np.isfinite(v) for v in stats.values())
+
+
+def test_an_unknown_compute_dtype_is_refused_with_the_known_ones() -> None:
+    cfg = Config()
+    cfg.algo.compute_dtype = "float16"
+    assert (
+        "algo.compute_dtype: must be one of float32, bfloat16, auto, got 'float16'"
+        in cfg.validate(choices.problems)
+    )
+
+
+def test_auto_computes_in_bfloat16_only_where_the_cpu_has_bfloat16_instructions(
+    tmp_path: Path,
+) -> None:
+    assert (
+        resolve_compute_dtype("auto", frozenset({"avx2", "avx512f", "avx512_bf16"})) == "bfloat16"
+    )
+    assert resolve_compute_dtype("auto", frozenset({"avx2", "amx_bf16", "amx_tile"})) == "bfloat16"
+    # AVX-512 alone emulates bfloat16: several times slower than float32.
+    assert resolve_compute_dtype("auto", frozenset({"avx2", "avx512f"})) == "float32"
+    assert resolve_compute_dtype("float32", frozenset({"avx512_bf16"})) == "float32"
+    assert resolve_compute_dtype("bfloat16", frozenset()) == "bfloat16"
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\n")
+    assert cpu_flags(str(info)) == {"fpu", "avx2", "avx512_bf16"}
+    assert cpu_flags(str(tmp_path / "none")) == frozenset()
+    worker = _small_worker("auto")
+    assert worker.compute_dtype in ("float32", "bfloat16")
+    assert worker.compute_dtype == resolve_compute_dtype("auto")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from a3c_ray.algo.models import ACTIVATIONS, CRITICS, MODEL_KINDS, POLICIES
+from a3c_ray.algo.models import ACTIVATIONS, COMPUTE_DTYPES, CRITICS, MODEL_KINDS, POLICIES
 from a3c_ray.algo.optim import OPTIMIZERS
 from a3c_ray.algo.wire import WIRE_DTYPES
 from a3c_ray.config import Config
@@ -17,6 +17,7 @@ def problems(cfg: Config) -> list[str]:
         ("model.critic", cfg.model.critic, CRITICS),
         ("model.policy", cfg.model.policy, POLICIES),
         ("algo.optimizer", cfg.algo.optimizer, tuple(OPTIMIZERS)),
+        ("algo.compute_dtype", cfg.algo.compute_dtype, tuple(COMPUTE_DTYPES)),
         ("ps.wire_dtype", cfg.ps.wire_dtype, WIRE_DTYPES),
     ):
         if value not in known:

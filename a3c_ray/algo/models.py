@@ -85,6 +85,7 @@ class ActorCritic(nn.Module):
         if value_body is not None and lstm_size:
             raise ValueError("a separate value body is for feed-forward models only")
         self.body = body
+        self.scales_input = isinstance(body, nn.Sequential) and isinstance(body[0], Scale)
         self.lstm = lstm_cell(body_out, lstm_size) if lstm_size else None
         head_in = lstm_size if lstm_size else body_out
         self.continuous = continuous
@@ -115,7 +116,9 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, state: State = (), reset: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for a batch: obs [B, ...] -> logits [B, A], value [B], new state."""
-        obs = obs if obs.dtype == torch.float32 else obs.float()
+        # A CNN body takes uint8 frames as they are and scales them in the dtype it computes in.
+        if obs.dtype != torch.float32 and not (obs.dtype == torch.uint8 and self.scales_input):
+            obs = obs.float()
         x = self.body(obs)
         if self.value_body is not None:
             return self._policy(x), self.value(self.value_body(obs)).squeeze(-1), state
@@ -188,6 +191,48 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU, "el
 CRITICS = ("shared", "separate")
 """``model.critic``: the value head on the policy's body, or on an MLP body of its own."""
 
+COMPUTE_DTYPES: dict[str, torch.dtype | None] = {
+    "float32": None,
+    "bfloat16": torch.bfloat16,
+    "auto": None,
+}
+"""``algo.compute_dtype``: the autocast dtype of a Worker's passes (None: plain float32);
+``auto`` is resolved by :func:`resolve_compute_dtype` on the machine the Worker runs on."""
+
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+"""CPU flags (Linux's /proc/cpuinfo names) under which bfloat16 convolutions are fast on CPU."""
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """This machine's CPU flags, empty where /proc/cpuinfo cannot be read (not Linux)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def resolve_compute_dtype(name: str, flags: frozenset[str] | None = None) -> str:
+    """``auto`` -> ``bfloat16`` on a CPU with avx512_bf16 or AMX, else ``float32``; the
+    others as they are. Without those instructions oneDNN emulates bfloat16 and a CNN's passes
+    are several times slower than in float32 (docs/atari.md)."""
+    if name != "auto":
+        return name
+    flags = cpu_flags() if flags is None else flags
+    return "bfloat16" if any(f in flags for f in BF16_CPU_FLAGS) else "float32"
+
+
+def compute_context(name: str) -> torch.autocast:
+    """The context a Worker's forward and backward passes run in for ``algo.compute_dtype``
+    (``auto`` already resolved): torch's CPU autocast to bfloat16, or (float32) one that does
+    nothing. The weights and their gradients stay float32 either way: autocast casts each
+    layer's inputs, not the parameters."""
+    dtype = COMPUTE_DTYPES[name]
+    return torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
 
 def mlp(in_dim: int, hidden_sizes: Sequence[int], activation: str) -> nn.Sequential:
     act = ACTIVATIONS[activation]
@@ -204,11 +249,18 @@ class Scale(nn.Module):
     The result is channels-last in memory: oneDNN's convolutions then keep that layout through the
     whole stack, which is a fifth to a quarter less CPU for forward and backward on a Worker's
     batches (docs/atari.md); the weights stay in the default layout, as the flat vector has them.
+
+    Frames come in as uint8 and are cast once, straight to the dtype the passes compute in
+    (bfloat16 under ``algo.compute_dtype: bfloat16``'s autocast, else float32), after the change
+    of layout, which so moves a quarter of the bytes: a fifth of a float32 forward and backward
+    at a Worker's batch of 80 frames went to casting and scaling them in float32 first.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x * (1.0 / 255.0)
-        return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+        if x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        on = torch.is_autocast_enabled("cpu")
+        return x.to(torch.get_autocast_dtype("cpu") if on else torch.float32) * (1.0 / 255.0)
 
 
 class CnnSpec(NamedTuple):

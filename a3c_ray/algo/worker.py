@@ -18,7 +18,15 @@ import torch
 
 from a3c_ray.algo.losses import actor_critic_loss
 from a3c_ray.algo.messages import GradientPush, PushReply, WorkerResult
-from a3c_ray.algo.models import State, build_model, get_flat_grad, sample_actions, set_flat_params
+from a3c_ray.algo.models import (
+    State,
+    build_model,
+    compute_context,
+    get_flat_grad,
+    resolve_compute_dtype,
+    sample_actions,
+    set_flat_params,
+)
 from a3c_ray.algo.returns import gae
 from a3c_ray.algo.seeding import Stream, derive_seeds
 from a3c_ray.config import Config
@@ -71,6 +79,8 @@ class Worker:
         self.envs = make_vector_env(cfg.env)
         self.obs, _ = self.envs.reset(seed=seeds[:k])  # type: ignore[arg-type]  # one seed per env
         self.model = build_model(cfg.model, obs_shape, n_actions, action_bounds(self.envs))
+        # ``auto`` resolved here, on the node this Worker runs on.
+        self.compute_dtype = resolve_compute_dtype(cfg.algo.compute_dtype)
         self.version = -1
         self.lineage = ""
         self._env_failures_reported = 0
@@ -146,9 +156,10 @@ class Worker:
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
         t0 = time.perf_counter()
         resets = torch.from_numpy(reset) if self.model.is_recurrent else None
-        logits, value, state = self.model(torch.as_tensor(obs), state, resets)
+        with compute_context(self.compute_dtype):
+            logits, value, state = self.model(torch.as_tensor(obs), state, resets)
         self.timings["forward"] += time.perf_counter() - t0
-        return logits, value, state
+        return logits.float(), value.float(), tuple(s.float() for s in state)
 
     @torch.no_grad()
     def rollout(self) -> Rollout:
@@ -239,12 +250,14 @@ class Worker:
         adv = targets.advantages.reshape(-1)
         if a.normalize_advantages and adv.size > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        logits, values = self.model.forward_sequence(
-            torch.from_numpy(ro.obs), ro.initial_state, torch.from_numpy(ro.resets)
-        )
+        with compute_context(self.compute_dtype):
+            logits, values = self.model.forward_sequence(
+                torch.from_numpy(ro.obs), ro.initial_state, torch.from_numpy(ro.resets)
+            )
+        # The loss in float32 whatever the passes computed in.
         out = actor_critic_loss(
-            logits.reshape(-1, logits.shape[-1]),
-            values.reshape(-1),
+            logits.float().reshape(-1, logits.shape[-1]),
+            values.float().reshape(-1),
             torch.from_numpy(ro.actions.reshape(ro.rewards.size, *ro.actions.shape[2:])),
             torch.from_numpy(targets.returns.reshape(-1)),
             torch.from_numpy(adv),
