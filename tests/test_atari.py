@@ -341,8 +341,8 @@ def test_shipped_configs_load_validate_and_carry_the_papers_optimizer(name: str)
         # square root restated for torch, which adds it outside (docs/atari.md).
         assert (a.optimizer, a.rmsprop_alpha, a.optimizer_eps) == ("rmsprop", 0.99, 3e-3)
         assert a.max_grad_norm == 0.5 and a.lr == 7e-4
-        # The untrained configs hold their step size: a run does not depend on its max_steps.
-        assert a.lr_anneal == (name == "pong")
+        # Every Atari config holds its step size: a run does not depend on its max_steps.
+        assert a.lr_anneal is False
         assert a.entropy_coef == 0.01 and a.t_max in (5, 20)
         assert cfg.run.workers == (None if name == "pong" else 16)
         assert cfg.model.kind == "cnn" and cfg.env.frame_stack == (1 if cfg.model.lstm else 4)
