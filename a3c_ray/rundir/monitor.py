@@ -66,6 +66,8 @@ class Monitor:
         # What the run's checkpoints say of it, for states that do not say it themselves.
         self.meta = CheckpointMeta.of(cfg, obs_shape, n_actions)
         self.policy: Policy | None = None
+        self.last_eval_error: str | None = None
+        self._probe_evaluation()
         # Evaluations so far: each takes the seeds of its number, so a resumed run, or a restarted
         # Monitor, goes on with new episodes instead of replaying the first ones.
         self.n_evals = self._evals_so_far()
@@ -74,11 +76,25 @@ class Monitor:
         self.best_eval_return: float | None = self.ckpts.best_return
         self.last_checkpoint: str | None = None
         self.eval_failures = 0
-        self.last_eval_error: str | None = None
         # A resumed run, or a restarted Monitor, does not re-evaluate what is already checkpointed.
         self.last_eval_steps: int | None = self.ckpts.latest_steps()
         self._last_steps: int | None = None
         self._last_time = time.monotonic()
+
+    def _probe_evaluation(self) -> None:
+        """Build the evaluation network and take one action on a reset of the evaluation env.
+
+        Everything an evaluation runs (the emulator, the network's kernels) is loaded when the run
+        starts, not minutes later at its first evaluation, so the Monitor's memory is at its level
+        from the start; and an env or network that cannot evaluate is reported at once in
+        ``last_eval_error``. Each evaluation reseeds the env and its action sampling itself, so
+        this step leaves their results unchanged."""
+        try:
+            self.policy = Policy.build(self.meta)
+            obs, _ = self.env.reset()
+            self.policy.act(np.asarray(obs)[None], self.policy.initial_state(1), True)
+        except Exception as e:  # as an evaluation's failure: reported, the run goes on
+            self.last_eval_error = f"at start: {type(e).__name__}: {e}"
 
     def _evals_so_far(self) -> int:
         try:
