@@ -315,8 +315,9 @@ def test_bfloat16_passes_give_float32_outputs_and_gradients_close_to_float32s() 
         if name == "bfloat16":
             assert logits.dtype == torch.bfloat16  # the passes did run in bfloat16
         (logits.float().logsumexp(-1).sum() + values.float().pow(2).sum()).backward()
+        # Autocast keeps the weights, and so their gradients, in float32.
+        assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
         grads[name] = get_flat_grad(model)
-    assert grads["bfloat16"].dtype == np.float32
     rel = np.linalg.norm(grads["bfloat16"] - grads["float32"]) / np.linalg.norm(grads["float32"])
     assert 0 < rel < 0.05
 
@@ -326,6 +327,9 @@ def test_a_worker_computing_in_bfloat16_hands_float32_to_the_rest_of_its_step() 
     ro = worker.rollout()
     assert ro.values.dtype == np.float32 and ro.last_values.dtype == np.float32
     grad, stats = worker.compute_gradient(ro)
+    assert all(
+        p.grad is not None and p.grad.dtype == torch.float32 for p in worker.model.parameters()
+    )
     assert grad.dtype == np.float32 and np.isfinite(grad).all() and np.abs(grad).sum() > 0
     assert all(np.isfinite(v) for v in stats.values())
 

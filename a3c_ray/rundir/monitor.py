@@ -82,12 +82,12 @@ class Monitor:
         self._last_time = time.monotonic()
 
     def _probe_evaluation(self) -> None:
-        """Build the evaluation network and take one action on a reset of the evaluation env.
+        """Build the evaluation network, reset the evaluation env and pick an action for it.
 
         Everything an evaluation runs (the emulator, the network's kernels) is loaded when the run
         starts, not minutes later at its first evaluation, so the Monitor's memory is at its level
-        from the start; and an env or network that cannot evaluate is reported at once in
-        ``last_eval_error``. Each evaluation reseeds the env and its action sampling itself, so
+        from the start; and an env that cannot reset, or a network that cannot take its
+        observations, is reported at once in ``last_eval_error`` (the driver logs it). Each evaluation reseeds the env and its action sampling itself, so
         this step leaves their results unchanged."""
         try:
             self.policy = Policy.build(self.meta)

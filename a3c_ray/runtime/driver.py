@@ -324,13 +324,20 @@ class Run:
         """Take the Monitor's last report when it is in; ask for the next every monitor.log_every."""
         if self.tick_ref is not None and ray.wait([self.tick_ref], timeout=0)[0]:
             with contextlib.suppress(ray.exceptions.RayError):  # a failed tick is retried next time
-                self.monitor_report = ray.get(self.tick_ref)
+                self._take_report(ray.get(self.tick_ref))
             self.tick_ref = None
         if (
             self.tick_ref is None
             and time.monotonic() - self.last_tick >= self.cfg.monitor.log_every
         ):
             self.tick_ref, self.last_tick = self.monitor.tick.remote(), time.monotonic()
+
+    def _take_report(self, report: dict[str, Any]) -> None:
+        """Keep the Monitor's report; say so, once, when its evaluations start failing anew."""
+        error = report.get("last_eval_error")
+        if error and error != self.monitor_report.get("last_eval_error"):
+            log.warning("monitor: evaluation failed: %s", error)
+        self.monitor_report = report
 
     def _refresh(self, bar: tqdm, p: Progress) -> None:
         bar.update(min(p.env_steps, bar.total) - bar.n)
