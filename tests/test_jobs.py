@@ -108,7 +108,7 @@ def test_address_comes_from_the_flag_then_the_environment_then_the_default(
 def test_runtime_env_defaults_to_cluster_runtime_env_yaml_with_working_dir_and_excludes() -> None:
     env = submit.build_runtime_env(str(ROOT), None)
     assert env["working_dir"] == str(ROOT)
-    assert "torch>=2.2,<2.15" in env["pip"]["packages"]
+    assert "torch>=2.4,<2.15" in env["pip"]["packages"]
     assert set(submit.DEFAULT_EXCLUDES) <= set(env["excludes"])
 
 
