@@ -87,8 +87,9 @@ class Monitor:
         Everything an evaluation runs (the emulator, the network's kernels) is loaded when the run
         starts, not minutes later at its first evaluation, so the Monitor's memory is at its level
         from the start; and an env that cannot reset, or a network that cannot take its
-        observations, is reported at once in ``last_eval_error`` (the driver logs it). Each evaluation reseeds the env and its action sampling itself, so
-        this step leaves their results unchanged."""
+        observations, is reported at once in ``last_eval_error`` (the driver logs it). Each
+        evaluation reseeds the env and its action sampling itself, so this step leaves their
+        results unchanged."""
         try:
             self.policy = Policy.build(self.meta)
             obs, _ = self.env.reset()

@@ -269,7 +269,7 @@ class Run:
         self._stopped()
         if self.tick_ref is not None:
             with contextlib.suppress(ray.exceptions.RayError):
-                self.monitor_report = ray.get(self.tick_ref, timeout=CALL_TIMEOUT)
+                self._take_report(ray.get(self.tick_ref, timeout=CALL_TIMEOUT))
             self.tick_ref = None
         return True
 
@@ -369,9 +369,11 @@ class Run:
         p = self.progress
         try:
             if self.monitor is not None:
-                self.monitor_report = ray.get(
-                    self.monitor.tick.remote(force_eval=True, evaluate=evaluate),
-                    timeout=FINAL_CHECKPOINT_TIMEOUT,
+                self._take_report(
+                    ray.get(
+                        self.monitor.tick.remote(force_eval=True, evaluate=evaluate),
+                        timeout=FINAL_CHECKPOINT_TIMEOUT,
+                    )
                 )
                 ray.get(self.monitor.close.remote(), timeout=CALL_TIMEOUT)
         except ray.exceptions.RayError as e:
