@@ -42,6 +42,10 @@ def existing_run(tmp_path: Path) -> Path:
         (["train", "--workers", "0"], "run.workers: must be >= 1"),
         (["train", "--set", "algo.gamma=2"], "algo.gamma: must be in [0, 1]"),
         (["train", "--set", "algo.optimizer=sgd"], "algo.optimizer: must be one of"),
+        (
+            ["train", "--set", "algo.value_loss=l1"],
+            "algo.value_loss: must be one of mse, huber, got 'l1'",
+        ),
         (["train", "--set", "algo.nope=1"], "unknown config field 'algo.nope'"),
         (["train", "--set", "run.max_steps=lots"], "run.max_steps: expected an integer"),
         (["train", "--set", "oops"], "expected FIELD=VALUE"),

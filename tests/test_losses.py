@@ -234,3 +234,36 @@ def test_actions_may_be_any_integer_dtype() -> None:
     ref = actor_critic_loss(**b, value_coef=0.5, entropy_coef=0.01).loss
     b["actions"] = b["actions"].to(torch.int32)
     torch.testing.assert_close(actor_critic_loss(**b, value_coef=0.5, entropy_coef=0.01).loss, ref)
+
+
+# -- the Huber value loss -------------------------------------------------------------------
+
+
+def test_huber_value_loss_matches_the_squared_error_near_and_grows_linearly_far() -> None:
+    values = torch.tensor([0.0, 0.0, 0.0, 0.0], dtype=torch.float64, requires_grad=True)
+    returns = torch.tensor([0.5, -0.8, 3.0, -100.0], dtype=torch.float64)
+    common = {
+        "logits": torch.zeros(4, 2, dtype=torch.float64),
+        "actions": torch.zeros(4, dtype=torch.long),
+        "advantages": torch.zeros(4, dtype=torch.float64),
+        "value_coef": 1.0,
+        "entropy_coef": 0.0,
+    }
+    out = actor_critic_loss(values=values, returns=returns, value_loss="huber", **common)
+    # 0.5 e^2 for |e| <= 1, |e| - 0.5 beyond, by hand
+    assert out.value_loss.item() == pytest.approx((0.125 + 0.32 + 2.5 + 99.5) / 4, rel=1e-12)
+    out.loss.backward()
+    assert values.grad is not None
+    # the gradient is the error where it is small and its sign (at most 1) where it is not
+    torch.testing.assert_close(values.grad, torch.tensor([-0.5, 0.8, -1.0, 1.0]).double() / 4)
+    # within the bend both losses agree exactly
+    near = {"values": values.detach()[:2], "returns": returns[:2]}
+    cut = {k: v[:2] for k, v in common.items() if isinstance(v, torch.Tensor)}
+    mse = actor_critic_loss(**near, **cut, value_coef=1.0, entropy_coef=0.0, value_loss="mse")
+    huber = actor_critic_loss(**near, **cut, value_coef=1.0, entropy_coef=0.0, value_loss="huber")
+    assert huber.value_loss.item() == pytest.approx(mse.value_loss.item(), rel=1e-12)
+
+
+def test_an_unknown_value_loss_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown value loss 'l1'"):
+        actor_critic_loss(**batch(3), value_coef=0.5, entropy_coef=0.01, value_loss="l1")

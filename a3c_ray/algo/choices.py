@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from a3c_ray.algo.losses import VALUE_LOSSES
 from a3c_ray.algo.models import ACTIVATIONS, COMPUTE_DTYPES, CRITICS, MODEL_KINDS, POLICIES
 from a3c_ray.algo.optim import OPTIMIZERS
 from a3c_ray.algo.wire import WIRE_DTYPES
@@ -17,6 +18,7 @@ def problems(cfg: Config) -> list[str]:
         ("model.critic", cfg.model.critic, CRITICS),
         ("model.policy", cfg.model.policy, POLICIES),
         ("algo.optimizer", cfg.algo.optimizer, tuple(OPTIMIZERS)),
+        ("algo.value_loss", cfg.algo.value_loss, VALUE_LOSSES),
         ("algo.compute_dtype", cfg.algo.compute_dtype, tuple(COMPUTE_DTYPES)),
         ("ps.wire_dtype", cfg.ps.wire_dtype, WIRE_DTYPES),
     ):

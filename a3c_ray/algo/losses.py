@@ -3,7 +3,9 @@
 L = -mean(log pi(a_t|s_t) * A_t) + c_v * 0.5 * mean((R_t - V(s_t))^2) - c_e * mean(H(pi(.|s_t)))
 
 with advantages A_t and returns R_t treated as constants (Mnih et al. 2016, Algorithm S3). Means
-rather than sums keep the step size independent of the rollout's size.
+rather than sums keep the step size independent of the rollout's size. The value term may instead
+be Huber's (``VALUE_LOSSES``): 0.5 e^2 for errors |e| <= 1 and |e| - 0.5 beyond, the same where
+the value is close and a gradient of at most 1 per step where it is far off.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import torch.nn.functional as F
 
 HALF_LOG_2PI_E = 0.5 * math.log(2 * math.pi * math.e)
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+VALUE_LOSSES = ("mse", "huber")
+"""``algo.value_loss``: 0.5 x the squared error, or Huber's loss with its bend at an error of 1."""
 
 
 class LossOutput(NamedTuple):
@@ -35,9 +41,11 @@ def actor_critic_loss(
     value_coef: float,
     entropy_coef: float,
     continuous: bool = False,
+    value_loss: str = "mse",
 ) -> LossOutput:
     """Loss over a flat batch: logits [N, A], values [N], actions [N] (int), returns and advantages
-    [N]; with ``continuous``, a Gaussian's [mean, log_std] [N, 2D] and actions [N, D] (float)."""
+    [N]; with ``continuous``, a Gaussian's [mean, log_std] [N, 2D] and actions [N, D] (float);
+    ``value_loss`` one of VALUE_LOSSES."""
     if continuous:
         taken, entropies = gaussian_log_prob_entropy(logits, actions)
         entropy = entropies.mean()
@@ -46,9 +54,14 @@ def actor_critic_loss(
         taken = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
     policy_loss = -(taken * advantages.detach()).mean()
-    value_loss = 0.5 * (returns.detach() - values).pow(2).mean()
-    loss = policy_loss + value_coef * value_loss - entropy_coef * entropy
-    return LossOutput(loss, policy_loss.detach(), value_loss.detach(), entropy.detach())
+    if value_loss == "mse":
+        v_loss = 0.5 * (returns.detach() - values).pow(2).mean()
+    elif value_loss == "huber":
+        v_loss = F.smooth_l1_loss(values, returns.detach(), beta=1.0)
+    else:
+        raise ValueError(f"unknown value loss '{value_loss}' (known: {', '.join(VALUE_LOSSES)})")
+    loss = policy_loss + value_coef * v_loss - entropy_coef * entropy
+    return LossOutput(loss, policy_loss.detach(), v_loss.detach(), entropy.detach())
 
 
 def gaussian_log_prob_entropy(

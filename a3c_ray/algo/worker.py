@@ -264,6 +264,7 @@ class Worker:
             a.value_coef,
             a.entropy_coef,
             self.model.continuous,
+            a.value_loss,
         )
         self.model.zero_grad(set_to_none=False)
         out.loss.backward()

@@ -41,10 +41,9 @@ from typing import Any, cast
 import ray
 
 from a3c_ray.algo.messages import Progress
+from a3c_ray.bench.chaos_checkpoints import CheckpointSeen, CheckpointWatch
 from a3c_ray.bench.cluster_probe import actor_memory, attach, worker_hosts
-from a3c_ray.errors import CheckpointError
 from a3c_ray.rundir import layout
-from a3c_ray.rundir.checkpoint import list_checkpoints, load_checkpoint, read_pointer
 from a3c_ray.runtime.actors import shard_name
 from a3c_ray.runtime.cluster import live_runs
 from a3c_ray.runtime.jobs import (
@@ -118,16 +117,6 @@ class Fault:
 
 
 @dataclass
-class CheckpointSeen:
-    name: str
-    at: float
-    state: str
-    """loaded, unreadable (it did not load), or pruned (gone, with newer ones kept, before read)."""
-    env_steps: int | None = None
-    error: str | None = None
-
-
-@dataclass
 class SoakResult:
     plan: ChaosPlan
     run_id: str
@@ -163,16 +152,14 @@ class Soak:
         self.workers = workers
         self.shards = int(cfg.ps.shards)
         self.push_steps = int(cfg.algo.t_max) * int(cfg.env.num_envs)
-        self.keep = int(cfg.monitor.keep_checkpoints)
         self.rng = random.Random(plan.seed)
         self.faults: list[Fault] = []
         self.pending: list[Fault] = []
-        self.checkpoints: list[CheckpointSeen] = []
+        self.watch = CheckpointWatch(run_dir, int(cfg.monitor.keep_checkpoints), self.now)
         self.progress_rows: list[dict[str, Any]] = []
         self.memory: list[dict[str, Any]] = []
         self.actor_restarts: dict[str, int] = {}
         self.last: Progress | None = None
-        self.latest: str | None = None
         self.t0: float | None = None
         self._ref: Any = None
         self._next_round = 0.0
@@ -209,8 +196,8 @@ class Soak:
             job_status=status,
             started_after=round(started_after, 1),
             faults=self.faults,
-            checkpoints=self.checkpoints,
-            files_left=self._check_files_left(),
+            checkpoints=self.watch.seen,
+            files_left=self.watch.files_left(),
             progress=self.progress_rows,
             memory=self.memory,
             actor_restarts=self.actor_restarts,
@@ -259,7 +246,7 @@ class Soak:
             if p is not None:
                 self._record(p)
                 self._update_recoveries(p)
-            self._follow_checkpoints()
+            self.watch.follow()
             if now >= next_status:
                 status = job_status(client, job)
                 if status in TERMINAL:
@@ -378,13 +365,13 @@ class Soak:
             name,
             ps_restarts=self.last.ps_restarts,
             env_steps=self.last.env_steps,
-            latest_checkpoint=self.latest,
+            latest_checkpoint=self.watch.latest,
         )
         ray.kill(handle, no_restart=False)
 
     def _kill_monitor(self) -> None:
         handle = ray.get_actor(f"{self.run_id}/Monitor", namespace=NAMESPACE)
-        self._fault("monitor", "Monitor", latest_checkpoint=self.latest)
+        self._fault("monitor", "Monitor", latest_checkpoint=self.watch.latest)
         ray.kill(handle, no_restart=False)
 
     def _lose_node(self) -> None:
@@ -437,7 +424,7 @@ class Soak:
                 return False
             return p.env_steps > d["restored_steps"]
         if f.kind == "monitor":
-            return self.latest is not None and self.latest != d["latest_checkpoint"]
+            return self.watch.latest is not None and self.watch.latest != d["latest_checkpoint"]
         if f.kind == "node":
             if "trains_on_after" not in d and p.env_steps > d["env_steps"]:
                 d["trains_on_after"] = round(self.now() - f.at, 2)
@@ -458,39 +445,6 @@ class Soak:
                 baselines[s] = int(p.worker_steps.get(s, 0))
             return False
         return int(p.worker_steps.get(slot, 0)) > baselines[slot]
-
-    # -- checkpoints -----------------------------------------------------------------------------
-    def _follow_checkpoints(self) -> None:
-        """Load the checkpoint the ``latest`` pointer names, each one once, as soon as it names it."""
-        directory = self.run_dir / layout.CHECKPOINTS
-        try:
-            name = read_pointer(directory / layout.LATEST).name
-        except (OSError, CheckpointError):
-            return
-        if name == self.latest:
-            return
-        self.latest = name
-        at = round(self.now(), 2)
-        try:
-            state = load_checkpoint(directory / name)
-        except CheckpointError as e:
-            newer = [p for p in list_checkpoints(directory) if _steps(p) > _steps(Path(name))]
-            if not (directory / name).exists() and len(newer) >= self.keep:
-                self.checkpoints.append(CheckpointSeen(name, at, "pruned"))
-            else:
-                self.checkpoints.append(CheckpointSeen(name, at, "unreadable", error=str(e)))
-            return
-        self.checkpoints.append(CheckpointSeen(name, at, "loaded", int(state["env_steps"])))
-
-    def _check_files_left(self) -> dict[str, str]:
-        out = {}
-        for p in list_checkpoints(self.run_dir / layout.CHECKPOINTS):
-            try:
-                load_checkpoint(p)
-                out[p.name] = "loaded"
-            except CheckpointError as e:
-                out[p.name] = f"unreadable: {e}"
-        return out
 
     def _summary(self) -> dict[str, Any]:
         try:
@@ -513,11 +467,6 @@ class Soak:
                 for name, n in restarts.items():
                     self.actor_restarts[name] = max(n, self.actor_restarts.get(name, 0))
             self._stop.wait(max(0.0, self.plan.sample_every - (time.monotonic() - began)))
-
-
-def _steps(path: Path) -> int:
-    m = layout.CHECKPOINT_RE.match(path.name)
-    return int(m.group(1)) if m else -1
 
 
 def _tail(text: str, lines: int = 40) -> str:
