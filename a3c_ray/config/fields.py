@@ -93,7 +93,7 @@ class AlgoConfig:
     value_coef: float = 0.5
     """Weight of the value loss."""
     value_loss: str = "mse"
-    """The value's regression: ``mse``, 0.5 x the squared error of V(s_t) against its target, or ``huber``, the same for errors up to 1 and growing linearly beyond, so that one far-off target (a solved task's rare failure) pulls the weights by at most the value weight per step. On CartPole it is much worse: its returns reach 100, and the value, learning them at a bounded rate, took 305k-999k env steps to 450 where ``mse`` takes 99k-138k, and 4 of 4 seeds fell below 300 after (docs/benchmarks.md)."""
+    """The value's regression: ``mse``, 0.5 x the squared error of V(s_t) against its target, or ``huber``, the same for errors up to 1 and growing linearly beyond, so that one far-off target (a solved task's rare failure) pulls the weights by at most the value weight per step. On CartPole it is much worse: its returns reach 100, and the value, learning them at a bounded rate, took 305k-1,557k env steps to 450 where ``mse`` takes 86k-138k, and 6 of 6 seeds fell below 300 after (docs/benchmarks.md)."""
     max_grad_norm: float | None = 2.0
     """Clip each pushed gradient to this global L2 norm on the ParameterServer; null disables. With RMSProp's epsilon 0.1 the step grows with the gradient, so a clip that binds bounds it: a solved CartPole that fails again sends value errors near 100 and gradient norms of 60 to over 1,000, which the clip of 2 keeps from rewriting the policy (docs/benchmarks.md). Adam's step does not grow with the gradient, so there a clip changes little."""
     normalize_advantages: bool = False
