@@ -1,6 +1,7 @@
 """A run's settings, importing no layer of the package.
 
-- ``fields``: the sections (env, model, algo, run, monitor, ps, tune) and their checks;
+- ``fields``: the sections (env, model, algo, run, monitor, ps, tune);
+- ``checks``: each field's range and the tune section's settings;
 - ``values``: field values from YAML and the command line, typed by the annotations;
 - ``space``: the tune section's samplers, parsed and checked against the fields they set;
 - ``docs``: the reference table of docs/configuration.md, from the fields' docstrings.
@@ -8,14 +9,17 @@
 Everything a caller needs is named here: ``from a3c_ray.config import Config``.
 """
 
-from a3c_ray.config.fields import (
+from a3c_ray.config.checks import (
     LOG_STD_BOUNDS,
     MAX_GRAPH_WORKERS,
     METRICS,
-    SAVED_BEFORE,
     SCHEDULERS,
-    SECTIONS,
     TARGET_SOURCES,
+    tune_problems,
+)
+from a3c_ray.config.fields import (
+    SAVED_BEFORE,
+    SECTIONS,
     AlgoConfig,
     Config,
     EnvConfig,
@@ -24,7 +28,6 @@ from a3c_ray.config.fields import (
     PSConfig,
     RunConfig,
     TuneConfig,
-    tune_problems,
 )
 
 __all__ = [
