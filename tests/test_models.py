@@ -115,6 +115,24 @@ def test_pixels_are_scaled_inside_the_model_so_uint8_and_float_inputs_agree() ->
     torch.testing.assert_close(va, vb)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_scaling_pixels_leaves_the_callers_frames_as_they_were(bf16: bool) -> None:
+    """The scale works in place on its own cast copy only, never on a frame handed in."""
+    from a3c_ray.algo.models import Scale
+
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    for frames in (
+        torch.full((2, 4, 8, 8), 255, dtype=torch.uint8),
+        torch.full((2, 4, 8, 8), 255.0, dtype=dtype),
+    ):
+        before = frames.clone()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = Scale()(frames)
+        assert torch.equal(frames, before)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.float(), torch.ones(2, 4, 8, 8))
+
+
 def test_flat_parameters_round_trip_for_the_cnn_lstm() -> None:
     torch.manual_seed(0)
     a = build_model(ModelConfig(kind="cnn", lstm=True), (1, 84, 84), 6)
