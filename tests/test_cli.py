@@ -197,7 +197,7 @@ def test_status_names_the_shards_of_a_sharded_parameter_server() -> None:
 def test_a_run_is_named_by_its_directory_its_name_or_its_id(
     query: str | None, expected: list[str]
 ) -> None:
-    from a3c_ray.runtime.cluster import run_filter
+    from a3c_ray.runtime.live import run_filter
 
     assert run_filter(query, ["cp-1a2b3c", "cp2-4d5e6f", "pong-x-9f8e7d"]) == expected
 

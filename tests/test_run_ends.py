@@ -22,7 +22,7 @@ from a3c_ray.envs.faults import STUCK_ENV_ID
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import load_checkpoint
-from a3c_ray.runtime import cluster
+from a3c_ray.runtime import live
 from a3c_ray.runtime.session import train
 
 from .conftest import free_port, small_config, wait_for
@@ -123,7 +123,7 @@ def test_status_names_waiting_workers_and_why_and_scale_refuses_more_than_fit(
             lambda: (
                 sum(
                     w["state"] == "ALIVE"
-                    for r in cluster.collect("waiting", 0.1)
+                    for r in live.collect("waiting", 0.1)
                     for w in r["workers"]
                 )
                 == 3
@@ -131,14 +131,14 @@ def test_status_names_waiting_workers_and_why_and_scale_refuses_more_than_fit(
             timeout=180,
             what="3 Workers placed",
         )
-        records = cluster.collect("waiting", 0.1)
-        waiting = [w for w in records[0]["workers"] if w["state"] in cluster.PENDING]
+        records = live.collect("waiting", 0.1)
+        waiting = [w for w in records[0]["workers"] if w["state"] in live.PENDING]
         assert len(waiting) == 2, records
         assert all("waiting for 1 CPU: 0 free" in w["reason"] for w in waiting), waiting
         assert all(w["reason"].endswith("no autoscaler") for w in waiting), waiting
         assert "waiting for 1 CPU" in status.render(records)
         with pytest.raises(ConfigError, match=r"without an autoscaler; ask for at most 3$"):
-            cluster.set_workers("waiting", 6, None)
+            live.set_workers("waiting", 6, None)
     finally:
         trainer.join(timeout=600)
     s = ended["result"].summary  # type: ignore[attr-defined]

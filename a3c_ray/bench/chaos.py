@@ -45,7 +45,6 @@ from a3c_ray.bench.chaos_checkpoints import CheckpointSeen, CheckpointWatch
 from a3c_ray.bench.cluster_probe import actor_memory, attach, worker_hosts
 from a3c_ray.rundir import layout
 from a3c_ray.runtime.actors import shard_name
-from a3c_ray.runtime.cluster import live_runs
 from a3c_ray.runtime.jobs import (
     TERMINAL,
     job_status,
@@ -53,6 +52,7 @@ from a3c_ray.runtime.jobs import (
     quiet_ray_logs,
     submit,
 )
+from a3c_ray.runtime.live import live_runs
 from a3c_ray.runtime.local_cluster import LocalCluster
 from a3c_ray.runtime.remote import NAMESPACE
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from a3c_ray.errors import ConfigError
-from a3c_ray.runtime import cluster
+from a3c_ray.runtime import live
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise ConfigError([f"--workers must be >= 1, got {args.workers}"])
-    run_id, before, waiting = cluster.set_workers(args.run, args.workers, args.address)
+    run_id, before, waiting = live.set_workers(args.run, args.workers, args.address)
     was = "its current number" if before is None else str(before)
     print(
         f"{run_id}: asked for {args.workers} Workers (was {was}); the driver applies it within a second"

@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from a3c_ray.runtime import cluster
+from a3c_ray.runtime import cluster, live
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,7 +53,7 @@ def render(records: list[dict[str, Any]]) -> str:
 def run(args: argparse.Namespace) -> int:
     records = []
     for address in cluster.each_cluster(args.address):
-        records += [{**r, "cluster": address} for r in cluster.collect(args.run, args.interval)]
+        records += [{**r, "cluster": address} for r in live.collect(args.run, args.interval)]
     if args.json:
         print(json.dumps(records, default=float))
     else:
