@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from a3c_ray.bench import chaos_report as cr
-from a3c_ray.bench.chaos import ChaosPlan
+from a3c_ray.bench.chaos_plan import ChaosPlan
 
 MB = 2**20
 

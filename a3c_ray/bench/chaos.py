@@ -34,14 +34,14 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import ray
 
 from a3c_ray.algo.messages import Progress
-from a3c_ray.bench.chaos_checkpoints import CheckpointSeen, CheckpointWatch
+from a3c_ray.bench.chaos_checkpoints import CheckpointWatch
+from a3c_ray.bench.chaos_plan import ChaosPlan, Fault, SoakResult, went_on
 from a3c_ray.bench.cluster_probe import actor_memory, attach, worker_hosts
 from a3c_ray.rundir import layout
 from a3c_ray.runtime.actors import shard_name
@@ -63,81 +63,6 @@ START_TIMEOUT = 600.0
 """Seconds for the job to start training (a loaded machine, a runtime env to build)."""
 END_GRACE = 300.0
 """Seconds after the soak's time for the run to end by its time limit before the job is stopped."""
-
-
-@dataclass
-class ChaosPlan:
-    """What the soak does and when; every time is in seconds from the run's first env steps."""
-
-    seconds: float
-    """Training seconds (the run's time limit)."""
-    worker_every: float = 30.0
-    """Seconds between kills of a random Worker; 0: none."""
-    ps_every: float = 300.0
-    """Seconds between kills of the ParameterServer (a random shard of several); 0: none."""
-    monitor_at: float | None = None
-    """When the Monitor is killed, once; None: never."""
-    node_at: float | None = None
-    """When a worker node that hosts a Worker is lost; None: never."""
-    node_down: float = 30.0
-    """Seconds the lost node stays away before it is added back."""
-    sample_every: float = 10.0
-    """Seconds between samples of every actor's resident memory."""
-    quiet_end: float = 15.0
-    """No fault comes in the last seconds: each fault's recovery is seen before the run ends."""
-    worker_nodes: int = 2
-    seed: int = 0
-
-    def schedule(self) -> list[tuple[float, str]]:
-        """(when, what) in time order: worker, ps, monitor, node (lost) and node-back."""
-        last = self.seconds - self.quiet_end
-        events: list[tuple[float, str]] = []
-        for every, kind in ((self.worker_every, "worker"), (self.ps_every, "ps")):
-            k = 1
-            while every > 0 and k * every < last:
-                events.append((k * every, kind))
-                k += 1
-        if self.monitor_at is not None and self.monitor_at < last:
-            events.append((self.monitor_at, "monitor"))
-        if self.node_at is not None and self.node_at < last:
-            events += [(self.node_at, "node"), (self.node_at + self.node_down, "node-back")]
-        return sorted(events)
-
-
-@dataclass
-class Fault:
-    kind: str
-    """worker, ps, monitor or node."""
-    target: str
-    """The actor's name in its run (Worker-1, ParameterServer, Monitor) or the node (node 2)."""
-    at: float
-    recovered_after: float | None = None
-    """Seconds until training went on (see the module's docstring); None: it never did."""
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class SoakResult:
-    plan: ChaosPlan
-    run_id: str
-    run_dir: str
-    job_status: str
-    started_after: float
-    """Seconds from the job's submission to its first env steps."""
-    faults: list[Fault]
-    checkpoints: list[CheckpointSeen]
-    files_left: dict[str, str]
-    """Each checkpoint file left in the run directory at the end: loaded, or why not."""
-    progress: list[dict[str, Any]]
-    """(at, env_steps, mean_return_100, episodes, gradients dropped by reason) every second."""
-    memory: list[dict[str, Any]]
-    """(at, actor, pid, rss and anon in bytes, age of its process in seconds) per actor per
-    sample; ``anon`` is the anonymous part of ``rss`` (``anonymous_rss``), where it could be read."""
-    actor_restarts: dict[str, int]
-    """Ray's restarts of each actor it restarts itself (the ParameterServer, the Monitor)."""
-    summary: dict[str, Any]
-    """The run's summary.json."""
-    job_logs_tail: str = ""
 
 
 class Soak:
@@ -406,45 +331,11 @@ class Soak:
     def _update_recoveries(self, p: Progress) -> None:
         now = self.now()
         for f in list(self.pending):
-            if self._went_on(f, p):
-                f.recovered_after = round(now - f.at, 2)
+            if went_on(f, p, now, self.watch.latest):
+                # After a node loss: the run trained on at once; its Workers came back later.
+                back = f.detail["trains_on_after"] if f.kind == "node" else round(now - f.at, 2)
+                f.recovered_after = back
                 self.pending.remove(f)
-
-    def _went_on(self, f: Fault, p: Progress) -> bool:
-        d = f.detail
-        if f.kind == "worker":
-            return self._slot_back(d, d["slot"], p)
-        if f.kind == "ps":
-            if p.ps_restarts <= d["ps_restarts"]:
-                return False  # still the old server (ray.kill is asynchronous), or none yet
-            if "restored_steps" not in d:
-                d["restored_steps"] = p.env_steps
-                d["restored_from"] = p.restored_from
-                d["lost_steps"] = d["env_steps"] - p.env_steps
-                return False
-            return p.env_steps > d["restored_steps"]
-        if f.kind == "monitor":
-            return self.watch.latest is not None and self.watch.latest != d["latest_checkpoint"]
-        if f.kind == "node":
-            if "trains_on_after" not in d and p.env_steps > d["env_steps"]:
-                d["trains_on_after"] = round(self.now() - f.at, 2)
-            if "back_at" in d and all(self._slot_back(d, s, p) for s in d["slots"]):
-                d["slots_back_after_return"] = round(self.now() - d["back_at"], 2)
-                f.recovered_after = d["trains_on_after"]
-                self.pending.remove(f)
-            return False
-        return False
-
-    def _slot_back(self, d: dict[str, Any], slot: int, p: Progress) -> bool:
-        """Has Worker slot ``slot`` pushed since its Worker was lost? A ParameterServer restored
-        since then took its counters back to a checkpoint: from there, any push counts."""
-        baselines = d.setdefault("baselines", {slot: d.get("baseline", 0)})
-        if p.ps_restarts != d["ps_restarts"]:
-            d["ps_restarts"] = p.ps_restarts
-            for s in baselines:
-                baselines[s] = int(p.worker_steps.get(s, 0))
-            return False
-        return int(p.worker_steps.get(slot, 0)) > baselines[slot]
 
     def _summary(self) -> dict[str, Any]:
         try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from a3c_ray.bench import chaos_report
+from a3c_ray.bench.chaos_plan import ChaosPlan
 from a3c_ray.config import Config
 from a3c_ray.errors import EXIT_FAILURE, EXIT_OK, ConfigError
 
@@ -110,7 +111,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_of(args: argparse.Namespace, seed: int = 0) -> Any:
     """The soak's schedule from the flags; every problem at once as a ConfigError."""
-    from a3c_ray.bench.chaos import ChaosPlan
 
     seconds = args.chaos_seconds
     problems = [
