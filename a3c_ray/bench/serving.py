@@ -329,7 +329,7 @@ def measure_ingress(
     """The points of one ingress, on a Ray started with its settings (or the cluster's)."""
     from ray import serve
 
-    from a3c_ray.runtime import cluster, serving
+    from a3c_ray.runtime import cluster, serve_run, serving
 
     port = cluster.free_port("127.0.0.1")
     base = f"http://127.0.0.1:{port}"
@@ -367,7 +367,7 @@ def measure_ingress(
                     points.append(point)
                 serve.delete("bench")
     finally:
-        serving.stop(started, "bench")
+        serve_run.stop(started, "bench")
     return points
 
 

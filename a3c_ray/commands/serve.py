@@ -112,12 +112,12 @@ def run(args: argparse.Namespace) -> int:
 
     options = ServeOptions.from_dict(options_from_args(args))
     policy = first_policy(options)  # exit 2 on a bad checkpoint, before Ray is imported
-    from a3c_ray.runtime import serving
+    from a3c_ray.runtime import serve_run
     from a3c_ray.runtime.session import sigterm_as_interrupt
 
     with sigterm_as_interrupt():
         try:
-            started = serving.start(
+            started = serve_run.start(
                 options, args.address, args.host, args.port, dashboard_port=args.dashboard_port
             )
         except KeyboardInterrupt:  # before the application was up: start() cleaned up
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             print(f"a3c-ray: serving at {url}/act; Ctrl-C stops", file=sys.stderr, flush=True)
-            serving.wait_until_interrupted()  # Ctrl-C is how serving ends: exit 0
+            serve_run.wait_until_interrupted()  # Ctrl-C is how serving ends: exit 0
         finally:
-            serving.stop(started)
+            serve_run.stop(started)
     return 0

@@ -16,11 +16,7 @@ config file for ``serve deploy`` (cluster/serve.yaml).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import os
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from a3c_ray.algo.policy import Policy
-from a3c_ray.config import Config
 from a3c_ray.envs.spaces import json_safe
 from a3c_ray.rundir.policy import best_checkpoint_name, checkpoint_in_run, load_policy
-from a3c_ray.runtime import cluster
 from a3c_ray.runtime.serve_options import ServeOptions, first_policy, run_of
 from a3c_ray.runtime.serve_protocol import (
     ActRequest,
@@ -379,56 +373,3 @@ def build_app(args: dict[str, Any]) -> Any:
         max_ongoing_requests=max(2 * options.max_batch_size, 8),
         ray_actor_options={"num_cpus": options.replica_cpus},
     ).bind(options, sessions)
-
-
-def start(
-    options: ServeOptions,
-    address: str | None,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    name: str = APP_NAME,
-    route_prefix: str = "/",
-    dashboard_port: int | None = None,
-) -> bool:
-    """Deploy the application on an embedded Ray (or the cluster at ``address``); True when this
-    call started Ray. Returns once every replica is up."""
-    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # its start-up notes, in this process
-    cpus = max(os.cpu_count() or 1, int(np.ceil(options.replicas * options.replica_cpus)) + 1)
-    started = cluster.connect(Config(), address, dashboard_port=dashboard_port, num_cpus=cpus)
-    try:
-        serve.start(http_options={"host": host, "port": port}, logging_config=QUIET)
-        serve.run(build_app(dataclasses.asdict(options)), name=name, route_prefix=route_prefix)
-    except BaseException:
-        stop(started, name)
-        raise
-    return started
-
-
-def wait_until_interrupted(name: str = APP_NAME) -> None:
-    """Serve until Ctrl-C (or SIGTERM); an application deleted or failed ends the wait too."""
-    try:
-        while True:
-            time.sleep(1.0)
-            app = serve.status().applications.get(name)
-            if app is None or app.status == "DEPLOY_FAILED":
-                state = "gone" if app is None else f"failed: {app.message}"
-                print(f"a3c-ray: the application {name} is {state}", file=sys.stderr)
-                return
-    except KeyboardInterrupt:
-        return
-
-
-def stop(started: bool, name: str = APP_NAME) -> None:
-    """Delete the application; shut Serve and Ray down when this process started them."""
-    import ray
-
-    if not ray.is_initialized():
-        return
-    try:
-        if started:
-            serve.shutdown()
-        else:
-            serve.delete(name)
-    finally:
-        if started:
-            ray.shutdown()
