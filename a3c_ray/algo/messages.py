@@ -60,6 +60,8 @@ class PushReply(NamedTuple):
 CHECKPOINT_ENV_FIELDS = (
     "max_episode_steps",
     "frame_stack",
+    "screen_size",
+    "max_pool",
     "repeat_action_probability",
     "kwargs",
     "wrappers",
@@ -132,11 +134,15 @@ class CheckpointMeta:
 
     def env_config(self, stack_from_shape: bool) -> EnvConfig:
         """One env as the run had it; settings the checkpoint lacks take their defaults, except the
-        frame stack, which [stack, H, W] observations tell when ``stack_from_shape`` (Atari)."""
+        frame stack and the screen's size, which [stack, H, W] observations tell when
+        ``stack_from_shape`` (Atari)."""
         saved = {k: v for k, v in self.env.items() if k in CHECKPOINT_ENV_FIELDS}
         cfg = EnvConfig(id=self.env_id, num_envs=1, **saved)
-        if "frame_stack" not in saved and stack_from_shape and len(self.obs_shape) == 3:
-            cfg.frame_stack = self.obs_shape[0]
+        if stack_from_shape and len(self.obs_shape) == 3:
+            if "frame_stack" not in saved:
+                cfg.frame_stack = self.obs_shape[0]
+            if "screen_size" not in saved:
+                cfg.screen_size = self.obs_shape[1]
         return cfg
 
     def mismatch(self, other: CheckpointMeta) -> str | None:
