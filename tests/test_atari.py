@@ -345,7 +345,11 @@ def test_shipped_configs_load_validate_and_carry_the_papers_optimizer(name: str)
         assert a.lr_anneal is False
         assert a.entropy_coef == 0.01 and a.t_max in (5, 20)
         assert cfg.run.workers == (None if name == "pong" else 16)
-        assert cfg.model.kind == "cnn" and cfg.env.frame_stack == (1 if cfg.model.lstm else 4)
+        assert cfg.env.frame_stack == (1 if cfg.model.lstm else 4)
+        # pong.yaml: the references' 42x42 frames and small CNN; the others the paper's.
+        pong = name == "pong"
+        assert cfg.model.kind == ("small_cnn" if pong else "cnn")
+        assert cfg.env.screen_size == (42 if pong else 84)
 
 
 def test_config_names_resolve_to_shipped_files_and_paths_pass_through(tmp_path: Path) -> None:
