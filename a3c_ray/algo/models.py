@@ -259,10 +259,7 @@ class Scale(nn.Module):
         if x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
         on = torch.is_autocast_enabled("cpu")
-        y = x.to(torch.get_autocast_dtype("cpu") if on else torch.float32)
-        # In place on the fresh copy: an out-of-place multiply costs 2.5-4x the whole cast on
-        # these batches (docs/atari.md). A frame already in that dtype is not the copy: not in place.
-        return y * (1.0 / 255.0) if y is x else y.mul_(1.0 / 255.0)
+        return x.to(torch.get_autocast_dtype("cpu") if on else torch.float32) * (1.0 / 255.0)
 
 
 class CnnSpec(NamedTuple):

@@ -17,7 +17,6 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from a3c_ray.bench import chaos_report
 from a3c_ray.bench.chaos_plan import ChaosPlan
@@ -109,9 +108,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def plan_of(args: argparse.Namespace, seed: int = 0) -> Any:
+def plan_of(args: argparse.Namespace, seed: int = 0) -> ChaosPlan:
     """The soak's schedule from the flags; every problem at once as a ConfigError."""
-
     seconds = args.chaos_seconds
     problems = [
         f"--chaos-{name.replace('_', '-')}: must be >= 0 seconds, got {value:g}"
