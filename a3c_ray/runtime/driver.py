@@ -5,12 +5,8 @@ It is the only place that waits on actor futures. The loop has the shape of Ray'
 example: a dict of in-flight refs and ``ray.wait`` over it, with a timeout so that the Monitor is
 ticked, failed Workers are restarted and the progress bar is refreshed while Workers train.
 
-Failures: a Worker that dies or raises is replaced after a backoff that doubles with each failure
-of its slot; after ``run.max_worker_restarts`` the run stops with an error. A Worker that trained
-(its slot's env steps grew at the ParameterServer) or ran for ``run.healthy_after`` seconds before
-it failed starts its slot's count afresh, so that a long run survives Workers lost at any rate (a
-node drained or preempted, a process killed) and still stops on a Worker that cannot run at all.
-The ParameterServer and
+Failures: a Worker that dies or raises is replaced after a backoff, or the run stops with an
+error; ``a3c_ray.runtime.slots`` keeps each slot's record and its rules. The ParameterServer and
 the Monitor are restarted by Ray itself (``max_restarts=-1``), and calls to them are retried; the
 ParameterServer comes back from the newest good checkpoint and the Workers resync to it. With
 ``ps.shards`` > 1, a shard that comes back so has every other shard rolled back to the same
@@ -47,8 +43,8 @@ from a3c_ray.runtime.placement import (
 )
 from a3c_ray.runtime.ps_group import ParameterServerGroup
 from a3c_ray.runtime.remote import NAMESPACE
+from a3c_ray.runtime.slots import WorkerSlots
 
-MAX_BACKOFF_SECONDS = 60.0
 CALL_TIMEOUT = 30.0
 """Seconds a stopping driver waits for an answer from the ParameterServer or the Monitor."""
 FINAL_CHECKPOINT_TIMEOUT = 600.0
@@ -96,17 +92,12 @@ class Run:
         self.pending: dict[Any, int] = {}
         # slot -> a call queued before the Worker's ``train``: done once the Worker is placed
         self.started: dict[int, Any] = {}
-        self.failures: dict[int, int] = dict.fromkeys(range(workers), 0)
-        self.starts: dict[int, int] = {}  # slot -> Workers started in it (for their random streams)
-        self.started_at: dict[int, float] = {}
-        # slot -> its env steps at the ParameterServer when last polled; slots whose current Worker
-        # has pushed since it started (a Worker that trained is not one that cannot run)
-        self.steps_seen: dict[int, int] = {}
-        self.trained: set[int] = set()
-        self.restart_at: dict[int, float] = {}
+        run = cfg.run
+        self.slots = WorkerSlots(
+            workers, run.max_worker_restarts, run.healthy_after, run.restart_backoff
+        )
         self.worker_restarts = 0
         self.restarts_before = 0  # of earlier sittings of a resumed run
-        self.retiring: set[int] = set()
         self.current_workers = workers
         self.results: dict[int, WorkerResult] = {}
         self.errors: list[str] = []
@@ -156,10 +147,8 @@ class Run:
     # -- workers -----------------------------------------------------------------------------
     def _start_worker(self, i: int) -> None:
         # A restarted or resumed Worker gets a fresh random stream, still derived from the seed.
-        n = self.starts[i] = self.starts.get(i, -1) + 1
+        n = self.slots.started(i, time.monotonic())
         stream = (self.start_steps, n) if self.start_steps or n else ()
-        self.started_at[i] = time.monotonic()
-        self.trained.discard(i)  # steps_seen[i] already holds the last poll's mark
         w = self.worker_cls.options(
             name=f"{self.run_id}/Worker-{i}",
             namespace=NAMESPACE,
@@ -176,31 +165,17 @@ class Run:
         """Lose the Worker's in-flight rollout, nothing else: replace it after a backoff, or give up."""
         with contextlib.suppress(Exception):
             ray.kill(self.workers[i])  # a Worker whose task raised is still alive and holds a CPU
-        if i in self.retiring:
-            return  # it was on its way out anyway
-        ran = time.monotonic() - self.started_at.get(i, 0.0)
-        if i in self.trained or ran >= self.cfg.run.healthy_after:
-            self.failures[i] = 0  # it trained before it failed: not a Worker that cannot run
-        self.failures[i] += 1
+        failure = self.slots.failed(i, time.monotonic())
+        if failure is None:
+            return  # it was being retired anyway
         reason = one_line(error)
-        self.failure_log.append(f"worker {i} failure {self.failures[i]}: {reason}")
-        if self.failures[i] > self.cfg.run.max_worker_restarts:
+        self.failure_log.append(f"worker {i} failure {failure.count}: {reason}")
+        if failure.give_up:
             self.errors.append(
-                f"worker {i} failed {self.failures[i]} times (run.max_worker_restarts="
+                f"worker {i} failed {failure.count} times (run.max_worker_restarts="
                 f"{self.cfg.run.max_worker_restarts}); last error: {reason}"
             )
             ray.get(self.ps.request_stop.remote(STOP_ERROR))
-            return
-        delay = min(self.cfg.run.restart_backoff * 2 ** (self.failures[i] - 1), MAX_BACKOFF_SECONDS)
-        self.restart_at[i] = time.monotonic() + delay
-
-    def _note_training(self, progress: Progress) -> None:
-        """Mark the slots whose env steps grew since the last poll: their Workers train. (Steps
-        that went back, to a restored checkpoint's, are only taken as the new mark.)"""
-        for i, steps in progress.worker_steps.items():
-            if steps > self.steps_seen.get(i, steps):
-                self.trained.add(i)
-            self.steps_seen[i] = steps
 
     def total_worker_restarts(self) -> int:
         """Worker restarts since the run began, earlier sittings of a resumed run included."""
@@ -208,37 +183,29 @@ class Run:
 
     def active_slots(self) -> list[int]:
         """Slots with a Worker training or waiting to be restarted, and not being retired."""
-        live = set(self.pending.values()) | set(self.restart_at)
-        return sorted(live - self.retiring)
+        return self.slots.active(self.pending.values())
 
     def _scale_to(self, n: int) -> None:
         """Add Workers in new slots, or retire the newest ones, until ``n`` are active."""
         active = self.active_slots()
         for _ in range(len(active), n):
-            slot = max([*self.failures, -1]) + 1
-            self.failures[slot] = 0
-            self._start_worker(slot)
+            self._start_worker(self.slots.new_slot())
         for slot in active[n:]:
-            self.retiring.add(slot)
-            if slot in self.restart_at:
-                del self.restart_at[slot]
-            else:
+            if self.slots.retire(slot):
                 ray.get(self.ps.retire.remote(slot))
         self.n_workers = max(self.n_workers, n)
         self.current_workers = n
 
     def _restart_due_workers(self, stopping: bool) -> None:
-        now = time.monotonic()
-        for i, at in list(self.restart_at.items()):
-            if stopping:
-                del self.restart_at[i]
-            elif now >= at:
-                del self.restart_at[i]
-                self._start_worker(i)
-                self.worker_restarts += 1
-                self.metrics.worker_restarted(i)
-                # Kept in the run's checkpoints, so that a resumed run goes on counting.
-                self.ps.note_worker_restarts.remote(self.total_worker_restarts())
+        if stopping:
+            self.slots.cancel_restarts()
+            return
+        for i in self.slots.due(time.monotonic()):
+            self._start_worker(i)
+            self.worker_restarts += 1
+            self.metrics.worker_restarted(i)
+            # Kept in the run's checkpoints, so that a resumed run goes on counting.
+            self.ps.note_worker_restarts.remote(self.total_worker_restarts())
 
     # -- the loop ----------------------------------------------------------------------------
     def watch(self, bar: tqdm | None, until: float | None = None) -> bool:
@@ -247,7 +214,7 @@ class Run:
 
         With ``until`` (a ``time.monotonic()`` deadline), return at it; True once every Worker is
         done (the run has ended), False when the deadline came first."""
-        while self.pending or self.restart_at:
+        while self.pending or self.slots.waiting:
             if until is not None and time.monotonic() >= until:
                 return False
             self._collect(0.25)
@@ -255,7 +222,7 @@ class Run:
             self.ps_group.resync()
             progress: Progress = ray.get(self.ps.progress.remote())
             self.progress = progress
-            self._note_training(progress)
+            self.slots.note_steps(progress.worker_steps)
             if self.on_progress is not None:
                 self.on_progress(progress)
             stopping = progress.stop_reason is not None
@@ -289,7 +256,7 @@ class Run:
             except ray.exceptions.RayError as e:
                 self._worker_failed(i, e)
             else:
-                if i in self.retiring:  # scaled down: free its CPU now
+                if i in self.slots.retiring:  # scaled down: free its CPU now
                     ray.kill(self.workers[i], no_restart=True)
 
     def _end_stragglers(self) -> None:
@@ -354,7 +321,7 @@ class Run:
 
     def interrupt(self) -> None:
         """Stop the Workers at their next push, and end them within ``run.stop_grace``."""
-        self.restart_at.clear()
+        self.slots.cancel_restarts()
         if self.ps is not None:
             with contextlib.suppress(ray.exceptions.RayError):
                 ray.get(self.ps.request_stop.remote(STOP_INTERRUPTED), timeout=CALL_TIMEOUT)
