@@ -30,15 +30,14 @@ def resolve(name_or_path: str | Path) -> Path:
 FOR_ENV: dict[str, str] = {
     "CartPole-v1": "cartpole",
     "PongNoFrameskip-v4": "pong",
-    "ALE/Pong-v5": "pong_lstm",
-    "ALE/Breakout-v5": "breakout",
+    "BreakoutNoFrameskip-v4": "breakout",
     "Pendulum-v1": "pendulum",
     "InvertedPendulum-v5": "inverted_pendulum",
     "a3c_ray/MaskedCartPole-v1": "masked_cartpole_lstm",
 }
 """The shipped config each env id starts from when it is given with ``--env`` and no ``--config``."""
 
-VARIANTS = ("cartpole_throughput",)
+VARIANTS = ("cartpole_throughput", "pong_lstm")
 """Shipped configs that are not an env's starting point, only taken by name."""
 
 
