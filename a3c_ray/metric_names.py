@@ -16,6 +16,7 @@ GRAD_NORM = "losses/grad_norm"
 STALENESS = "ps/staleness"
 UPDATES_PER_SECOND = "ps/updates_per_second"
 UPDATE_NORM = "ps/update_norm"
+LEARNING_RATE = "ps/learning_rate"
 
 TENSORBOARD_TAGS = (
     EPISODIC_RETURN,
@@ -30,6 +31,7 @@ TENSORBOARD_TAGS = (
     STALENESS,
     UPDATES_PER_SECOND,
     UPDATE_NORM,
+    LEARNING_RATE,
 )
 
 # Worker statistics (keys of GradientPush.stats) and the tags they are charted under.

@@ -124,6 +124,25 @@ def test_learning_rate_anneals_linearly_to_zero() -> None:
     assert ps.optimizer.param_groups[0]["lr"] == pytest.approx(ps.cfg.algo.lr * 0.5)
 
 
+def test_learning_rate_halves_every_half_life_of_env_steps_whatever_the_budget() -> None:
+    for max_steps in (1_000, 1_000_000):
+        ps = make_ps(algo__lr_half_life=100.0, run__max_steps=max_steps)
+        ps.push(push(steps=200))
+        assert ps.optimizer.param_groups[0]["lr"] == pytest.approx(ps.cfg.algo.lr * 0.25)
+        assert ps.drain_stats().lr == pytest.approx(ps.cfg.algo.lr * 0.25)  # ps/learning_rate
+
+
+def test_a_restored_server_goes_on_at_the_decayed_learning_rate() -> None:
+    ps = make_ps(algo__lr_half_life=100.0)
+    ps.push(push(steps=100))
+    ps.push(push(steps=100, version=1))
+    again = make_ps(algo__lr_half_life=100.0)
+    again.load_state_dict(ps.state_dict())
+    again.push(push(steps=100, version=2))
+    # 300 env steps in all: three halvings, not one (the decay counts the restored steps).
+    assert again.optimizer.param_groups[0]["lr"] == pytest.approx(ps.cfg.algo.lr / 8)
+
+
 def test_stops_at_max_steps() -> None:
     ps = make_ps(run__max_steps=25)
     assert not ps.push(push(steps=10)).stop

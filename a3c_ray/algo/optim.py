@@ -36,6 +36,17 @@ def make_optimizer(params: list[torch.Tensor], algo: AlgoConfig) -> torch.optim.
     return OPTIMIZERS[algo.optimizer](params, algo)
 
 
+def step_size(algo: AlgoConfig, env_steps: int, max_steps: int) -> float:
+    """The learning rate after ``env_steps``: ``algo.lr``, annealed linearly to 0 at ``max_steps``
+    with ``lr_anneal`` and halved every ``lr_half_life`` env steps with that set."""
+    lr = algo.lr
+    if algo.lr_anneal:
+        lr *= max(0.0, 1.0 - env_steps / max_steps)
+    if algo.lr_half_life is not None:
+        lr *= 0.5 ** (env_steps / algo.lr_half_life)
+    return lr
+
+
 def saved_optimizer(state: dict[str, Any]) -> str | None:
     """The OPTIMIZERS entry whose statistics a checkpoint ``state`` holds; None without any.
 

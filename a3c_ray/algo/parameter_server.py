@@ -25,7 +25,7 @@ import torch
 from a3c_ray.algo import wire
 from a3c_ray.algo.coordinator import Coordinator
 from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply, ShardCounts
-from a3c_ray.algo.optim import make_optimizer, optimizer_mismatch
+from a3c_ray.algo.optim import make_optimizer, optimizer_mismatch, step_size
 from a3c_ray.algo.stats import Window, WindowStats
 from a3c_ray.config import Config
 from a3c_ray.errors import CheckpointError
@@ -179,10 +179,10 @@ class ParameterServer:
         max_norm = self.cfg.algo.max_grad_norm
         if max_norm is not None and norm > max_norm:
             grad.mul_(max_norm / (norm + 1e-6))
-        if self.cfg.algo.lr_anneal:
-            frac = max(0.0, 1.0 - self.env_steps / self.cfg.run.max_steps)
+        if self.cfg.algo.lr_anneal or self.cfg.algo.lr_half_life is not None:
+            lr = step_size(self.cfg.algo, self.env_steps, self.cfg.run.max_steps)
             for g in self.optimizer.param_groups:
-                g["lr"] = self.cfg.algo.lr * frac
+                g["lr"] = lr
         self.flat.grad = grad
         flat = self.flat.detach()
         measure = self.gradients_applied % UPDATE_NORM_EVERY == 0
@@ -248,7 +248,9 @@ class ParameterServer:
     def drain_stats(self) -> WindowStats:
         """Training statistics gathered since the last call, for the Monitor's charts."""
         window, self._pending = self._pending, Window()
-        return window.summary(self.env_steps, self.version)
+        return window.summary(
+            self.env_steps, self.version, float(self.optimizer.param_groups[0]["lr"])
+        )
 
     def gradients_dropped(self) -> int:
         return self.dropped_nonfinite + self.dropped_stale + self.dropped_resync

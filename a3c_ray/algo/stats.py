@@ -24,6 +24,8 @@ class WindowStats:
     staleness_max: int | None = None
     grad_norm: float | None = None
     update_norm: float | None = None
+    lr: float | None = None
+    """The optimizer's learning rate at the read."""
     means: dict[str, float] = field(default_factory=dict)
     """Mean of each loss term and timing the Workers reported."""
 
@@ -60,7 +62,7 @@ class Window:
         self.staleness_max = max(self.staleness_max, staleness)
         self.grad_norm_sum += grad_norm
 
-    def summary(self, env_steps: int, version: int) -> WindowStats:
+    def summary(self, env_steps: int, version: int, lr: float | None = None) -> WindowStats:
         seconds = max(time.monotonic() - self.t0, 1e-9)
         pushes, updates = max(self.pushes, 1), max(self.updates, 1)
         return WindowStats(
@@ -75,5 +77,6 @@ class Window:
             staleness_max=self.staleness_max if self.updates else None,
             grad_norm=self.grad_norm_sum / updates if self.updates else None,
             update_norm=self.update_norm_sum / self.update_norms if self.update_norms else None,
+            lr=lr,
             means={k: v / pushes for k, v in self.stat_sums.items()},
         )

@@ -77,6 +77,10 @@ def range_problems(cfg: Config) -> list[str]:
     )
     need(a.lr > 0 and math.isfinite(a.lr), f"algo.lr: must be a positive number, got {a.lr}")
     need(
+        a.lr_half_life is None or (a.lr_half_life > 0 and math.isfinite(a.lr_half_life)),
+        f"algo.lr_half_life: must be a positive number of env steps or null, got {a.lr_half_life}",
+    )
+    need(
         0.0 < a.rmsprop_alpha < 1.0,
         f"algo.rmsprop_alpha: must be in (0, 1), got {a.rmsprop_alpha}",
     )

@@ -99,6 +99,8 @@ class AlgoConfig:
     """Learning rate at the start of training."""
     lr_anneal: bool = False
     """Anneal the learning rate linearly to 0 over ``run.max_steps`` env steps."""
+    lr_half_life: float | None = None
+    """Halve the learning rate every this many env steps (``lr x 0.5 ** (env_steps / lr_half_life)``); null holds it. The decay follows the env steps, not ``run.max_steps``: a run resumed with a larger budget goes on at the step size it stopped at."""
     rmsprop_alpha: float = 0.99
     """RMSProp decay of the squared-gradient average."""
     optimizer_eps: float = 0.1

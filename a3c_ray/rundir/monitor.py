@@ -148,6 +148,8 @@ class Monitor:
             if s.update_norm is not None:
                 w.add_scalar(M.UPDATE_NORM, s.update_norm, step)
         w.add_scalar(M.UPDATES_PER_SECOND, s.updates_per_second, step)
+        if s.lr is not None:
+            w.add_scalar(M.LEARNING_RATE, s.lr, step)
 
     def evaluate_and_checkpoint(self, evaluate: bool = True) -> None:
         """Evaluate the newest weights, then checkpoint them; a failed evaluation still checkpoints."""
