@@ -46,24 +46,30 @@ def test_plot_runs_writes_both_figures(tmp_path: Path, capsys: pytest.CaptureFix
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
 
 
-def test_plot_with_levels_draws_one_run_against_frames_and_hours_with_its_evaluations(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def fake_pong_run(run: Path, seed: int = 0, slower: int = 1) -> None:
+    """One tick a second at 1,000 agent steps/s; 300 games whose score climbs 1 every 10 games
+    (every ``10 x slower`` games), evaluations of -15, 2 and 12 at 100k, 200k and 300k steps."""
     from tensorboardX import SummaryWriter
 
     from a3c_ray import metric_names as M
 
-    run = tmp_path / "pong"
     w = SummaryWriter(str(run / layout.TENSORBOARD))
-    # One tick a second at 1,000 agent steps/s; 300 games whose score climbs 1 every 10 games.
     for tick in range(0, 301):
         w.add_scalar(M.UPDATES_PER_SECOND, 10.0, tick * 1000, walltime=5000.0 + tick)
     for game in range(300):
-        w.add_scalar(M.EPISODIC_RETURN, -21.0 + game // 10, 1000 * (game + 1), walltime=0)
+        score = -21.0 + game // (10 * slower)
+        w.add_scalar(M.EPISODIC_RETURN, score, 1000 * (game + 1), walltime=0)
     for at, score in ((100, -15.0), (200, 2.0), (300, 12.0)):
         w.add_scalar(M.EVAL_RETURN, score, at * 1000, walltime=5000.0 + at)
     w.close()
-    (run / layout.CONFIG).write_text("env:\n  id: PongNoFrameskip-v4\nrun:\n  seed: 0\n")
+    (run / layout.CONFIG).write_text(f"env:\n  id: PongNoFrameskip-v4\nrun:\n  seed: {seed}\n")
+
+
+def test_plot_with_levels_draws_one_run_against_frames_and_hours_with_its_evaluations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "pong"
+    fake_pong_run(run)
     out = tmp_path / "docs"
     argv = ["--plot-runs", str(run), "--levels=-15,0,10,18", "--out", str(out), "--json"]
     assert bench.run(parse(argv)) == 0
@@ -79,6 +85,25 @@ def test_plot_with_levels_draws_one_run_against_frames_and_hours_with_its_evalua
     assert r[-15]["eval_frames"] == 4 * 100_000 and r[0]["eval_frames"] == 4 * 200_000
     assert r[10]["eval_frames"] == 4 * 300_000 and r[10]["train_frames"] is None
     assert r[18]["eval_frames"] is None and r[18]["eval_hours"] is None
+
+
+def test_plot_with_levels_draws_several_seeds_in_one_chart_and_a_table_for_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = [tmp_path / "pong-s0", tmp_path / "pong-s1"]
+    fake_pong_run(runs[0], seed=0)
+    fake_pong_run(runs[1], seed=1, slower=2)
+    out = tmp_path / "docs"
+    argv = ["--plot-runs", *map(str, runs), "--levels=-15,0", "--out", str(out), "--json"]
+    assert bench.run(parse(argv)) == 0
+    path, *tables = capsys.readouterr().out.splitlines()
+    assert [p.name for p in out.iterdir()] == ["pongnoframeskip_v4_learning.png"]
+    assert Path(path).stat().st_size > 5000
+    first, second = ({row["level"]: row for row in json.loads(t)} for t in tables)
+    # the same evaluations, a training mean that climbs half as fast in the second run
+    assert first[-15]["eval_frames"] == second[-15]["eval_frames"] == 4 * 100_000
+    assert first[-15]["train_frames"] < second[-15]["train_frames"]
+    assert first[0]["train_frames"] is not None and second[0]["train_frames"] is None
 
 
 def test_plot_runs_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:

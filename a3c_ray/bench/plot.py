@@ -230,9 +230,10 @@ def milestones(run_dir: Path, levels: list[float], frames_per_step: int) -> list
     return rows
 
 
-def plot_learning(run_dir: Path, out_dir: Path, frames_per_step: int) -> Path:
-    """One run's training mean (last 100 episodes) and evaluations against frames and hours:
-    ``<env>_learning.png``."""
+def plot_learning(run_dirs: list[Path], out_dir: Path, frames_per_step: int) -> Path:
+    """Runs' training means (last 100 episodes) and evaluations against frames and hours, in one
+    ``<env>_learning.png`` (the env of the first run): one colour per run, its evaluations as
+    dots of that colour."""
     try:
         import matplotlib
 
@@ -240,29 +241,41 @@ def plot_learning(run_dir: Path, out_dir: Path, frames_per_step: int) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ConfigError([f"--plot-runs needs matplotlib: {install_hint('dev')}"]) from None
-    curve, evals = load_curve(run_dir), load_evals(run_dir)
-    env = _env_name(run_dir)
+    runs = [(Path(d), load_curve(Path(d)), load_evals(Path(d))) for d in run_dirs]
+    env = _env_name(runs[0][0])
     fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.0), dpi=100, sharey=True)
     unit = "frames" if frames_per_step > 1 else "env steps"
-    for ax, scale, xlabel in (
+    several = len(runs) > 1
+    for ax, (key, factor), xlabel in (
         (axes[0], ("steps", frames_per_step / 1e6), f"{unit} (millions)"),
         (axes[1], ("seconds", 1 / 3600.0), "hours of training"),
     ):
-        key, factor = scale
-        ax.plot(getattr(curve, key) * factor, curve.mean_100, label="training, mean of last 100")
-        if len(evals.steps):
+        for i, (_, curve, evals) in enumerate(runs):
+            name = f"{curve.label.split(':')[0]}, " if several else ""
+            colour = f"C{i}"
             ax.plot(
-                getattr(evals, key) * factor,
-                evals.returns,
-                "o",
-                markersize=4,
-                label="evaluation, mean of its games",
+                getattr(curve, key) * factor,
+                curve.mean_100,
+                color=colour,
+                label=f"{name}training, mean of last 100",
             )
+            if len(evals.steps):
+                ax.plot(
+                    getattr(evals, key) * factor,
+                    evals.returns,
+                    "o",
+                    color=colour,
+                    markersize=4 if not several else 3,
+                    alpha=1.0 if not several else 0.7,
+                    label=f"{name}evaluation, mean of its games",
+                )
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("return (raw score of whole games)")
-    axes[0].legend(loc="lower right", fontsize="small")
-    fig.suptitle(f"{env}: {run_dir.name}")
+    axes[0].legend(
+        loc="upper left" if several else "lower right", fontsize="x-small" if several else "small"
+    )
+    fig.suptitle(f"{env}: {', '.join(d.name for d, _, _ in runs)}")
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{env.lower().replace('/', '_').replace('-', '_')}_learning.png"

@@ -175,8 +175,9 @@ def times(args: argparse.Namespace) -> bench_measure.Times:
 
 
 def plot(args: argparse.Namespace) -> int:
-    """``--plot-runs``: learning curves of finished runs; ``--levels``: one run against frames and
-    hours, with its evaluations and when it first reached each level."""
+    """``--plot-runs``: learning curves of finished runs; ``--levels``: the runs (seeds of one
+    config) in one chart against frames and hours, with their evaluations, and for each run when
+    it first reached each level."""
     from a3c_ray.bench import plot as bp
 
     if not args.levels:
@@ -185,11 +186,14 @@ def plot(args: argparse.Namespace) -> int:
         return 0
     from a3c_ray.envs.make import is_atari
 
+    first = args.plot_runs[0] / layout.CONFIG
+    cfg = Config.load(first) if first.exists() else None
+    fps = bm.frames_per_step(cfg) if cfg is not None and is_atari(cfg.env.id) else 1
+    print(bp.plot_learning(args.plot_runs, args.out, fps))
     for run_dir in args.plot_runs:
-        cfg = Config.load(run_dir / layout.CONFIG) if (run_dir / layout.CONFIG).exists() else None
-        fps = bm.frames_per_step(cfg) if cfg is not None and is_atari(cfg.env.id) else 1
-        print(bp.plot_learning(run_dir, args.out, fps))
         rows = bp.milestones(run_dir, args.levels, fps)
+        if len(args.plot_runs) > 1 and not args.json:
+            print(f"{run_dir}:")
         print(json.dumps(rows) if args.json else bp.format_milestones(rows, fps))
     return 0
 
