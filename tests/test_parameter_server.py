@@ -138,6 +138,7 @@ def test_a_restored_server_goes_on_at_the_decayed_learning_rate() -> None:
     ps.push(push(steps=100, version=1))
     again = make_ps(algo__lr_half_life=100.0)
     again.load_state_dict(ps.state_dict())
+    assert again.drain_stats().lr == pytest.approx(ps.cfg.algo.lr / 4)  # from the restore on
     again.push(push(steps=100, version=2))
     # 300 env steps in all: three halvings, not one (the decay counts the restored steps).
     assert again.optimizer.param_groups[0]["lr"] == pytest.approx(ps.cfg.algo.lr / 8)

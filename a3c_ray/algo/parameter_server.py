@@ -179,10 +179,7 @@ class ParameterServer:
         max_norm = self.cfg.algo.max_grad_norm
         if max_norm is not None and norm > max_norm:
             grad.mul_(max_norm / (norm + 1e-6))
-        if self.cfg.algo.lr_anneal or self.cfg.algo.lr_half_life is not None:
-            lr = step_size(self.cfg.algo, self.env_steps, self.cfg.run.max_steps)
-            for g in self.optimizer.param_groups:
-                g["lr"] = lr
+        self._follow_schedule()
         self.flat.grad = grad
         flat = self.flat.detach()
         measure = self.gradients_applied % UPDATE_NORM_EVERY == 0
@@ -194,6 +191,13 @@ class ParameterServer:
         self.version += 1
         self.gradients_applied += 1
         self._pending.add_update(staleness, norm, update_norm)
+
+    def _follow_schedule(self) -> None:
+        """The learning rate of ``algo.lr_anneal`` / ``algo.lr_half_life`` at these env steps."""
+        if self.cfg.algo.lr_anneal or self.cfg.algo.lr_half_life is not None:
+            lr = step_size(self.cfg.algo, self.env_steps, self.cfg.run.max_steps)
+            for g in self.optimizer.param_groups:
+                g["lr"] = lr
 
     # -- reads -------------------------------------------------------------------------------
     def weights(self) -> np.ndarray:
@@ -323,6 +327,7 @@ class ParameterServer:
         self.env_steps = int(state.get("env_steps", 0))
         self.gradients_applied = int(state.get("gradients_applied", 0))
         self.restarts = int(state.get("ps_restarts", 0))
+        self._follow_schedule()
         if self.run is not None:
             self.run.load_state_dict(state)
         if "dropped_nonfinite" in state:
