@@ -377,6 +377,20 @@ def test_every_shipped_config_is_the_starting_point_of_its_env_or_a_named_varian
         assert Config.load(resolve(name)).env.id == env_id, (env_id, name)
 
 
+def test_leaving_env_out_trains_as_the_default_env_given() -> None:
+    """`a3c-ray train` alone and `a3c-ray train --env CartPole-v1` (the default of --env) start
+    from the same shipped config, so the settings of the quick start are cartpole.yaml's."""
+    from a3c_ray.commands.cli import build_parser, config_and_note
+    from a3c_ray.configs import resolve
+
+    bare, line = config_and_note(build_parser("train").parse_args(["train"]))
+    given, _ = config_and_note(build_parser("train").parse_args(["train", "--env", "CartPole-v1"]))
+    assert bare.to_dict() == given.to_dict() == Config.load(resolve("cartpole")).to_dict()
+    assert line is not None and "shipped config 'cartpole'" in line
+    defaults, _ = config_and_note(build_parser("train").parse_args(["train", "--no-env-config"]))
+    assert defaults.to_dict() == Config().to_dict()
+
+
 @pytest.mark.parametrize(
     "argv, lr, note",
     [

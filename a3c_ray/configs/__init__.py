@@ -51,10 +51,12 @@ def starting_config(
 ) -> tuple[Config, str | None]:
     """What a run's settings start from, and a line that says so when it is not what was asked
     for by name: ``config`` (a file or a shipped name); else, for an ``env_id`` with a shipped
-    config (and ``use_env_config``), that one; else the package defaults."""
+    config (and ``use_env_config``), that one; else the package defaults. No ``env_id`` means
+    the default env's (``CartPole-v1``): leaving ``--env`` out trains as giving its default."""
     if config:
         return Config.load(resolve(config)), None
-    shipped = for_env(env_id) if env_id and use_env_config else None
+    env_id = env_id or Config().env.id
+    shipped = for_env(env_id) if use_env_config else None
     if shipped is None:
         return Config(), None
     note = f"{env_id} starts from the shipped config '{shipped}' ({resolve(shipped)})"
