@@ -355,12 +355,16 @@ def test_load_of_a_file_with_bad_fields_names_them(tmp_path: Path) -> None:
 
 
 def test_the_shipped_cartpole_config_is_the_defaults_written_out() -> None:
-    """`--config cartpole` and `--env CartPole-v1` train the same way: only the run's length
-    and target differ, so the documented defaults and the file cannot drift apart."""
+    """The package defaults are CartPole's: cartpole.yaml differs from them only in the run's
+    length and target and in its step size's half-life, so the documented defaults and the file
+    cannot drift apart."""
     from a3c_ray import configs
 
     shipped = Config.load(configs.resolve("cartpole")).to_dict()
     defaults = Config().to_dict()
+    assert (
+        shipped["algo"].pop("lr_half_life") == 1e6 and defaults["algo"].pop("lr_half_life") is None
+    )
     for section in ("env", "model", "algo", "monitor"):
         assert shipped[section] == defaults[section], section
     run = {k: v for k, v in shipped["run"].items() if k not in ("max_steps", "target_return")}
