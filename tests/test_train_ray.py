@@ -296,7 +296,15 @@ def test_two_runs_side_by_side_each_get_a_dashboard(tmp_path: Path) -> None:
 
     env = {**os.environ, "RAY_ADDRESS": ""}
     first = subprocess.Popen(
-        train_cmd(tmp_path / "first", "--max-steps", "10000000", "--time-limit", "600"),
+        train_cmd(
+            tmp_path / "first",
+            "--max-steps",
+            "10000000",
+            "--time-limit",
+            "600",
+            "--set",
+            "run.target_return=null",  # no target to stop at: it trains until told
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
