@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -233,9 +234,22 @@ def test_a_lone_worker_is_exactly_one_version_staler_with_the_push_overlapped(
     assert s["staleness_mean"] == pytest.approx(staleness * (1 - 1 / s["version"])), s
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def sigint_ignored() -> None:
+    """In the child, before exec: SIGINT ignored, as a shell script's ``a3c-ray train &`` gets it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    "sig, preexec",
+    [
+        (signal.SIGINT, interruptible),
+        (signal.SIGTERM, interruptible),
+        # started in the background of a script: `kill -INT` / `timeout -s INT` still stop it
+        (signal.SIGINT, sigint_ignored),
+    ],
+)
 def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, sig: signal.Signals, preexec: Callable[[], None]
 ) -> None:
     run_dir = tmp_path / "interrupted"
     proc = subprocess.Popen(
@@ -262,7 +276,7 @@ def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "RAY_ADDRESS": ""},
-        preexec_fn=interruptible,
+        preexec_fn=preexec,
     )
     try:
         deadline = time.monotonic() + 120

@@ -56,12 +56,15 @@ def _handled(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
 
 
 def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
-    """``ray job stop`` sends SIGTERM: treat it as Ctrl-C, so the run checkpoints and exits 130."""
+    """``ray job stop`` sends SIGTERM: treat it as Ctrl-C, so the run checkpoints and exits 130.
+    SIGINT too, even where it came ignored: a shell script starts ``a3c-ray train &`` with SIGINT
+    ignored, and ``kill -INT`` or ``timeout -s INT`` (``make learn-pong PONG_SITTING=...``) must
+    still stop the run."""
 
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    return _handled((signal.SIGTERM,), handler)
+    return _handled((signal.SIGINT, signal.SIGTERM), handler)
 
 
 @contextlib.contextmanager
