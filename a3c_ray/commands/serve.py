@@ -113,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
     options = ServeOptions.from_dict(options_from_args(args))
     policy = first_policy(options)  # exit 2 on a bad checkpoint, before Ray is imported
     from a3c_ray.runtime import serve_run
-    from a3c_ray.runtime.session import sigterm_as_interrupt
+    from a3c_ray.runtime.session import stop_signals_as_interrupt
 
-    with sigterm_as_interrupt():
+    with stop_signals_as_interrupt():
         try:
             started = serve_run.start(
                 options, args.address, args.host, args.port, dashboard_port=args.dashboard_port

@@ -36,7 +36,14 @@ from a3c_ray.runtime.placement import default_workers, get_current_placement_gro
 
 log = logging.getLogger("a3c_ray")
 
-__all__ = ["RunResult", "RunSession", "connect", "interrupts_held", "sigterm_as_interrupt", "train"]
+__all__ = [
+    "RunResult",
+    "RunSession",
+    "connect",
+    "interrupts_held",
+    "stop_signals_as_interrupt",
+    "train",
+]
 
 
 @contextlib.contextmanager
@@ -55,7 +62,7 @@ def _handled(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
+def stop_signals_as_interrupt() -> contextlib.AbstractContextManager[None]:
     """``ray job stop`` sends SIGTERM: treat it as Ctrl-C, so the run checkpoints and exits 130.
     SIGINT too, even where it came ignored: a shell script starts ``a3c-ray train &`` with SIGINT
     ignored, and ``kill -INT`` or ``timeout -s INT`` (``make learn-pong PONG_SITTING=...``) must
@@ -223,7 +230,7 @@ def train(
             shortfall = start_shortfall(cfg, cfg.run.workers)
             if shortfall:
                 log.warning("a3c-ray: %s", shortfall)
-        with sigterm_as_interrupt():
+        with stop_signals_as_interrupt():
             try:
                 session.start().watch(bar)
             except KeyboardInterrupt:
