@@ -328,7 +328,7 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
     "name",
     ["cartpole", "cartpole_throughput", "pong", "pong_lstm", "breakout", "masked_cartpole_lstm"],
 )
-def test_shipped_configs_load_validate_and_carry_the_papers_optimizer(name: str) -> None:
+def test_shipped_configs_load_validate_and_carry_their_documented_optimizer(name: str) -> None:
     from a3c_ray import configs
 
     path = configs.resolve(name)
@@ -337,10 +337,16 @@ def test_shipped_configs_load_validate_and_carry_the_papers_optimizer(name: str)
     assert cfg.validate(choices.problems) == []
     if name in ("pong", "pong_lstm", "breakout"):
         a = cfg.algo
-        # Shared RMSProp with the paper's decay; the epsilon is TensorFlow's 1e-5 inside the
-        # square root restated for torch, which adds it outside (docs/atari.md).
-        assert (a.optimizer, a.rmsprop_alpha, a.optimizer_eps) == ("rmsprop", 0.99, 3e-3)
-        assert a.max_grad_norm == 0.5 and a.lr == 7e-4
+        if name == "breakout":
+            # The LSTM references' shared Adam: under RMSProp's epsilon 3e-3 this agent's small
+            # gradients left its policy uniform for 4M agent steps (docs/atari.md, "Breakout").
+            assert (a.optimizer, a.optimizer_eps, a.lr) == ("adam", 1e-8, 1e-4)
+        else:
+            # Shared RMSProp with the paper's decay; the epsilon is TensorFlow's 1e-5 inside the
+            # square root restated for torch, which adds it outside (docs/atari.md).
+            assert (a.optimizer, a.rmsprop_alpha, a.optimizer_eps) == ("rmsprop", 0.99, 3e-3)
+            assert a.lr == 7e-4
+        assert a.max_grad_norm == 0.5
         # Every Atari config holds its step size: a run does not depend on its max_steps.
         assert a.lr_anneal is False
         assert a.entropy_coef == 0.01 and a.t_max in (5, 20)
