@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,29 @@ def test_the_docs_check_finds_a_bad_flag_and_a_missing_image_and_skips_forms(
         "README.md:5: gone.png does not exist",
         "README.md:2: `a3c-ray train --nope 3`: a3c-ray: unrecognized arguments: --nope 3",
     ]
+
+
+def config_header(path: Path) -> str:
+    """The comment lines a shipped config starts with."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# "))
+    return " ".join(lines)
+
+
+def test_every_shipped_config_names_the_doc_with_its_results_or_says_untested() -> None:
+    from a3c_ray import configs
+
+    for name in configs.names():
+        header = config_header(configs.resolve(name))
+        if "UNTESTED" in header:
+            continue
+        docs = re.findall(r"docs/[\w./-]+\.md", header)
+        assert docs, (
+            f"{name}.yaml: its header names no docs/*.md with its results, nor says UNTESTED"
+        )
+        assert any(f"{name}.yaml" in (ROOT / d).read_text() for d in docs if (ROOT / d).exists()), (
+            f"{name}.yaml: none of {docs} speaks of {name}.yaml"
+        )
