@@ -326,7 +326,15 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
 
 @pytest.mark.parametrize(
     "name",
-    ["cartpole", "cartpole_throughput", "pong", "pong_lstm", "breakout", "masked_cartpole_lstm"],
+    [
+        "cartpole",
+        "cartpole_throughput",
+        "pong",
+        "pong_lstm",
+        "breakout",
+        "breakout_lstm",
+        "masked_cartpole_lstm",
+    ],
 )
 def test_shipped_configs_load_validate_and_carry_their_documented_optimizer(name: str) -> None:
     from a3c_ray import configs
@@ -335,9 +343,9 @@ def test_shipped_configs_load_validate_and_carry_their_documented_optimizer(name
     assert path.parent == configs.DIR and name in configs.names()
     cfg = Config.load(path)
     assert cfg.validate(choices.problems) == []
-    if name in ("pong", "pong_lstm", "breakout"):
+    if name in ("pong", "pong_lstm", "breakout", "breakout_lstm"):
         a = cfg.algo
-        if name == "breakout":
+        if name == "breakout_lstm":
             # The LSTM references' shared Adam: under RMSProp's epsilon 3e-3 this agent's small
             # gradients left its policy uniform for 4M agent steps (docs/atari.md, "Breakout").
             assert (a.optimizer, a.optimizer_eps, a.lr) == ("adam", 1e-8, 1e-4)
@@ -355,7 +363,7 @@ def test_shipped_configs_load_validate_and_carry_their_documented_optimizer(name
         assert cfg.env.id.endswith("NoFrameskip-v4") and not cfg.env.repeat_action_probability
         # pong.yaml's input and convolutions: the references' 42x42 frames and small CNN.
         assert cfg.model.kind == "small_cnn" and cfg.env.screen_size == 42
-        assert cfg.model.lstm == (name != "pong")
+        assert cfg.model.lstm == name.endswith("_lstm")
         assert cfg.env.frame_stack == (1 if name == "pong_lstm" else 4)
 
 

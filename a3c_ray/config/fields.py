@@ -34,7 +34,7 @@ class EnvConfig:
     num_envs: int = 8
     """Environments per Worker, stepped together as one gymnasium vector env (K)."""
     max_episode_steps: int | None = None
-    """Override of the env's own time limit; episodes cut by it are truncated, not terminated. For Atari it counts agent steps of 4 frames (ALE's own cap is 108,000 frames)."""
+    """Override of the env's own time limit; episodes cut by it are truncated, not terminated. For Atari it counts agent steps of 4 frames; null there is 27,000 agent steps (108,000 frames, 30 minutes of play), so that no game, in training or evaluation, outlasts a policy that stalls."""
     decorrelate_steps: int | None = None
     """Before a Worker trains on weights that have trained (on resume and after a restart; not at a run's start, where an untrained policy's episodes differ in length anyway), it plays this many steps on the newest weights without training and resets its env i of K at step ``(K - i) / K`` of them, so its envs start i/K of the way into an episode instead of all at step 0; then it pulls the newest weights again, so that its first gradient is not as stale as the spread is long. null: the episode's time limit where it is 1,000 steps or less (CartPole's 500), else 0 (Atari, whose episodes differ in length anyway); 0 turns it off. Where every episode lasts the time limit, as a solved CartPole's do, envs reset together stay in step forever, and a Worker restarted beside a trained one sent bursts of failed episodes (docs/reliability.md)."""
     frame_stack: int | None = None
@@ -43,6 +43,8 @@ class EnvConfig:
     """Atari: the side of the square grayscale frame the screen is resized to (84, the papers'; 42, the input of the A3C references that learn Pong in minutes, a quarter of the pixels)."""
     max_pool: bool = True
     """Atari: skip frames in the preprocessing and take the maximum of the last two of each 4 (the papers', for games whose sprites flicker); false: the emulator skips the frames itself and the last one is seen (``PongDeterministic-v4``'s way), about a third less CPU per agent step."""
+    fire_reset: bool | None = None
+    """Atari: press FIRE at the start of every game and after every life lost, in training and evaluation alike, for games that wait for it to serve the ball or start a round (Breakout). null: on for games whose action meanings include FIRE, except those that start on their own (Pong); false: the policy has to learn to press it."""
     repeat_action_probability: float | None = None
     """Atari sticky actions: the chance that the emulator repeats the previous action at each frame instead of the new one. null keeps the id's default: 0.25 for ``ALE/*-v5``, 0 for ``*NoFrameskip-v4``; 0 is the deterministic emulator of the A3C paper."""
     kwargs: dict[str, Any] = field(default_factory=dict)

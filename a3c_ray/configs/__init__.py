@@ -37,7 +37,7 @@ FOR_ENV: dict[str, str] = {
 }
 """The shipped config each env id starts from when it is given with ``--env`` and no ``--config``."""
 
-VARIANTS = ("cartpole_throughput", "pong_lstm")
+VARIANTS = ("breakout_lstm", "cartpole_throughput", "pong_lstm")
 """Shipped configs that are not an env's starting point, only taken by name."""
 
 

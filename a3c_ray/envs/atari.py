@@ -22,6 +22,15 @@ from a3c_ray.config import EnvConfig
 NOOP_MAX = 30
 FRAME_SKIP = 4
 ATARI_FRAME_STACK = 4
+MAX_GAME_STEPS = 27_000
+"""The default bound of an Atari game in agent steps: 108,000 frames, ALE's own cap on ``-v5``
+ids and the papers' 30 minutes of play. ``*NoFrameskip-v4`` ids have none of their own, and a
+policy that never serves the ball would otherwise hold an evaluation forever."""
+FIRE = 1
+"""The action index of FIRE in ALE's minimal action sets that have it."""
+STARTS_BY_ITSELF = frozenset({"pong"})
+"""Games with FIRE among their actions that serve on their own: no FIRE pressed for them by
+default (a pressed FIRE would change a shipped config's results, nothing else)."""
 
 
 class EmulatorClock(gym.Wrapper[Any, Any, Any, Any]):
@@ -80,6 +89,51 @@ class LifeLossTerminal(gym.Wrapper[Any, Any, Any, Any]):
         return obs, info
 
 
+class FireOnStart(gym.Wrapper[Any, Any, Any, Any]):
+    """Presses FIRE after a reset and after every life lost, for games that wait for it to serve
+    the ball or start a round (Breakout's serve). The baselines' ``FireResetEnv`` does the first;
+    the second keeps training (where a lost life ends the episode) and evaluation (whole games)
+    the same game: a policy never has to learn the button that only restarts play. The rewards of
+    the pressed steps count as the agent's."""
+
+    def __init__(self, env: gym.Env[Any, Any]):
+        super().__init__(env)
+        self.lives = 0
+
+    def _ale_lives(self) -> int:
+        return int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        self.env.reset(seed=seed, options=options)
+        obs, _, terminated, truncated, info = self.env.step(FIRE)
+        if terminated or truncated:  # not in any game; kept so that reset always returns a start
+            obs, info = self.env.reset(options=options)
+        self.lives = self._ale_lives()
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = self._ale_lives()
+        if lives < self.lives and not (terminated or truncated):
+            obs, more, terminated, truncated, info = self.env.step(FIRE)
+            reward = float(reward) + float(more)
+            lives = self._ale_lives()
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+
+def wants_fire(env: gym.Env[Any, Any], cfg: EnvConfig) -> bool:
+    """Whether ``env`` (an ALE env) gets ``FireOnStart``: ``env.fire_reset``, or by default the
+    games whose action set has FIRE, less those that start by themselves."""
+    if cfg.fire_reset is not None:
+        return cfg.fire_reset
+    meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
+    game = str(getattr(env.unwrapped, "_game", "")).lower()
+    return len(meanings) > FIRE and meanings[FIRE] == "FIRE" and game not in STARTS_BY_ITSELF
+
+
 def base_kwargs(cfg: EnvConfig) -> dict[str, Any]:
     """The ALE env's own settings for ``cfg``: grayscale, where the frames are skipped, sticky
     actions."""
@@ -112,8 +166,10 @@ def preprocess(
         terminal_on_life_loss=False,  # its version resets the game at each life; see LifeLossTerminal
         scale_obs=False,
     )
-    if cfg.max_episode_steps is not None:  # in agent steps, not emulator frames
-        env = gym.wrappers.TimeLimit(env, cfg.max_episode_steps)
+    if wants_fire(env, cfg):
+        env = FireOnStart(env)
+    # In agent steps, not emulator frames.
+    env = gym.wrappers.TimeLimit(env, cfg.max_episode_steps or MAX_GAME_STEPS)
     # Whole games and raw rewards, below the training-only wrappers.
     env = gym.wrappers.RecordEpisodeStatistics(env)
     if training:
