@@ -333,6 +333,7 @@ def test_large_weights_travel_as_one_object_ref_per_version(ray_session: None) -
         "pong_lstm",
         "breakout",
         "breakout_lstm",
+        "atari",
         "masked_cartpole_lstm",
     ],
 )
@@ -343,7 +344,7 @@ def test_shipped_configs_load_validate_and_carry_their_documented_optimizer(name
     assert path.parent == configs.DIR and name in configs.names()
     cfg = Config.load(path)
     assert cfg.validate(choices.problems) == []
-    if name in ("pong", "pong_lstm", "breakout", "breakout_lstm"):
+    if name in ("pong", "pong_lstm", "breakout", "breakout_lstm", "atari"):
         a = cfg.algo
         if name == "breakout_lstm":
             # The LSTM references' shared Adam: under RMSProp's epsilon 3e-3 this agent's small
@@ -393,3 +394,95 @@ def test_bench_figures_measure_the_emulator_the_env_and_the_costs(tmp_path: Path
     assert c.steps_per_push == cfg.algo.t_max * 2 == 10
     assert c.worker_ms_per_step > 0 and c.ps_ms_per_push > 0
     assert c.ps_bound_fps == pytest.approx(4 * 10 * 1000 / c.ps_ms_per_push)
+
+
+BREAKOUT = "BreakoutNoFrameskip-v4"
+
+
+def lives_lost_without_firing(cfg: EnvConfig, steps: int) -> int:
+    """Lives lost (training episodes ended) in ``steps`` no-op steps of a training env: the ball
+    only comes into play served."""
+    env = make_env(cfg, training=True)
+    env.reset(seed=0)
+    lost = 0
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = env.step(0)
+        if terminated or truncated:
+            lost += 1
+            env.reset()
+    env.close()
+    return lost
+
+
+def steps_to_end(env: gym.Env[Any, Any], limit: int) -> tuple[int, bool, bool]:
+    """No-op steps until the episode ends (at most ``limit``): (steps, terminated, truncated)."""
+    env.reset(seed=0)
+    for steps in range(1, limit + 1):
+        _, _, terminated, truncated, _ = env.step(0)
+        if terminated or truncated:
+            return steps, terminated, truncated
+    return limit, False, False
+
+
+def test_breakout_serves_the_ball_at_every_start_and_after_every_life_lost() -> None:
+    # With FIRE pressed for it (the default for a game that waits for it), a policy that never
+    # presses FIRE still sees the ball in play, and misses it: lives go, game after game.
+    assert lives_lost_without_firing(EnvConfig(id=BREAKOUT, screen_size=42), 400) >= 6
+    # Without, the ball never comes: no life is ever lost.
+    off = EnvConfig(id=BREAKOUT, screen_size=42, fire_reset=False)
+    assert lives_lost_without_firing(off, 400) == 0
+
+
+def test_an_evaluation_game_of_a_policy_that_never_fires_ends() -> None:
+    # Served by the wrapper, the no-op policy loses its five lives in a few hundred steps.
+    env = make_eval_env(EnvConfig(id=BREAKOUT, screen_size=42))
+    steps, terminated, _ = steps_to_end(env, 2_000)
+    assert terminated and ale(env).game_over() and steps < 2_000
+    # Without the serve, the bound on a game (in agent steps) ends it, truncated.
+    never = EnvConfig(id=BREAKOUT, screen_size=42, fire_reset=False, max_episode_steps=300)
+    assert steps_to_end(make_eval_env(never), 1_000) == (300, False, True)
+
+
+def test_every_atari_game_is_bounded_at_27000_agent_steps_by_default() -> None:
+    env = make_eval_env(EnvConfig(id=BREAKOUT, screen_size=42))
+    limits = []
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            limits.append(env._max_episode_steps)
+        env = env.env  # type: ignore[assignment]
+    assert 27_000 in limits
+
+
+def test_pong_starts_by_itself_and_gets_no_fire() -> None:
+    from a3c_ray.envs.atari import FireOnStart
+
+    def wrappers(env: gym.Env[Any, Any]) -> list[type]:
+        found = []
+        while isinstance(env, gym.Wrapper):
+            found.append(type(env))
+            env = env.env  # type: ignore[assignment]
+        return found
+
+    assert FireOnStart not in wrappers(make_env(EnvConfig(id="PongNoFrameskip-v4"), training=True))
+    assert FireOnStart in wrappers(make_env(EnvConfig(id=BREAKOUT), training=True))
+
+
+def test_an_atari_game_without_a_config_starts_from_the_atari_starting_point() -> None:
+    from a3c_ray import configs
+    from a3c_ray.envs.make import is_atari
+
+    cfg, note = configs.starting_config(None, "ALE/Seaquest-v5", True, is_atari)
+    atari = Config.load(configs.resolve("atari"))
+    assert cfg.env.id == "ALE/Seaquest-v5"
+    assert (cfg.model.kind, cfg.env.screen_size, cfg.algo.lr) == (
+        atari.model.kind,
+        atari.env.screen_size,
+        atari.algo.lr,
+    )
+    assert note is not None and "Atari starting point" in note
+    # A game with a config of its own keeps it; a non-Atari id without one keeps the defaults.
+    assert configs.starting_config(None, BREAKOUT, True, is_atari)[0].run.target_return == 300.0
+    plain, plain_note = configs.starting_config(None, "Acrobot-v1", True, is_atari)
+    assert plain_note is None and plain.model.kind == Config().model.kind
+    # --no-env-config: the package defaults, Atari or not.
+    assert configs.starting_config(None, "ALE/Seaquest-v5", False, is_atari)[1] is None

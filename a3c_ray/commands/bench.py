@@ -139,8 +139,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_of(args: argparse.Namespace) -> Config:
     """The config under test: the defaults with the flags and ``--set`` items applied."""
     from a3c_ray.configs import starting_config
+    from a3c_ray.envs.make import is_atari
 
-    cfg, _ = starting_config(args.config, getattr(args, "env.id"))
+    cfg, _ = starting_config(args.config, getattr(args, "env.id"), is_atari=is_atari)
     problems = flags.apply_field_flags(cfg, args)
     cfg.run.workers = cfg.run.workers or os.cpu_count() or 1
     for name in ("seconds", "raw_seconds", "ps_seconds"):

@@ -126,8 +126,10 @@ def config_and_note(args: argparse.Namespace) -> tuple[Config, str | None]:
         args.auto = True
     if args.resume is not None:
         return resume_config(args), None
+    from a3c_ray.envs.make import is_atari
+
     cfg, note = configs.starting_config(
-        args.config, getattr(args, "env.id"), use_env_config=not args.no_env_config
+        args.config, getattr(args, "env.id"), not args.no_env_config, is_atari
     )
     apply_overrides(cfg, args)
     if note:

@@ -7,6 +7,7 @@ config that ``a3c-ray train --env Pendulum-v1`` starts from (settings keyed by e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from a3c_ray.config import Config
@@ -37,8 +38,12 @@ FOR_ENV: dict[str, str] = {
 }
 """The shipped config each env id starts from when it is given with ``--env`` and no ``--config``."""
 
-VARIANTS = ("breakout_lstm", "cartpole_throughput", "pong_lstm")
-"""Shipped configs that are not an env's starting point, only taken by name."""
+VARIANTS = ("atari", "breakout_lstm", "cartpole_throughput", "pong_lstm")
+"""Shipped configs that are not an env's starting point, only taken by name (``atari`` is the
+starting point of every Atari game without a config of its own)."""
+
+ATARI = "atari"
+"""The shipped config that an Atari game with no config of its own starts from."""
 
 
 def for_env(env_id: str) -> str | None:
@@ -47,16 +52,28 @@ def for_env(env_id: str) -> str | None:
 
 
 def starting_config(
-    config: Path | str | None, env_id: str | None, use_env_config: bool = True
+    config: Path | str | None,
+    env_id: str | None,
+    use_env_config: bool = True,
+    is_atari: Callable[[str], bool] | None = None,
 ) -> tuple[Config, str | None]:
     """What a run's settings start from, and a line that says so when it is not what was asked
     for by name: ``config`` (a file or a shipped name); else, for an ``env_id`` with a shipped
-    config (and ``use_env_config``), that one; else the package defaults. No ``env_id`` means
-    the default env's (``CartPole-v1``): leaving ``--env`` out trains as giving its default."""
+    config (and ``use_env_config``), that one; else, for an Atari game (``is_atari``, which the
+    caller passes: settings know no envs), the Atari starting point ``atari.yaml`` with that id;
+    else the package defaults. No ``env_id`` means the default env's (``CartPole-v1``): leaving
+    ``--env`` out trains as giving its default."""
     if config:
         return Config.load(resolve(config)), None
     env_id = env_id or Config().env.id
     shipped = for_env(env_id) if use_env_config else None
+    if shipped is None and use_env_config and is_atari is not None and is_atari(env_id):
+        cfg = Config.load(resolve(ATARI))
+        cfg.env.id = env_id
+        return cfg, (
+            f"{env_id} has no config of its own: it starts from the Atari starting point "
+            f"'{ATARI}' ({resolve(ATARI)})"
+        )
     if shipped is None:
         return Config(), None
     note = f"{env_id} starts from the shipped config '{shipped}' ({resolve(shipped)})"

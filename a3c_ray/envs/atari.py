@@ -5,7 +5,9 @@ the base env runs at ``frameskip=1`` and gymnasium's ``AtariPreprocessing`` adds
 starts, a frame skip of 4 (max over the last two frames) and 84x84 grayscale; then
 ``FrameStackObservation`` stacks ``env.frame_stack`` frames into a uint8 ``[stack, 84, 84]``
 observation. Training envs also end an episode at every life lost (without resetting the game)
-and clip rewards to [-1, 1]; evaluation envs play whole games with raw rewards. The statistics
+and clip rewards to [-1, 1]; evaluation envs play whole games with raw rewards. Games that wait
+for FIRE to serve the ball (Breakout) get it pressed at every start and after every life lost, in
+training and evaluation alike, and every game is bounded (``MAX_GAME_STEPS``). The statistics
 that training reports (``RecordEpisodeStatistics``) are taken below those two wrappers, so they
 are always of whole games with raw rewards.
 """
