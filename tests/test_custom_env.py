@@ -148,7 +148,7 @@ def test_a_custom_env_trains_on_ray_and_eval_rebuilds_it_from_the_checkpoint(
     summary = json.loads((run_dir / layout.SUMMARY).read_text())
     assert summary["stopped_because"] == "target" and summary["steps_to_target"] is not None
     evaluated = subprocess.run(
-        [sys.executable, "-m", "a3c_ray", "eval", str(run_dir), "--episodes", "5"],
+        [sys.executable, "-m", "a3c_ray", "eval", str(run_dir), "--episodes", "5", "--trust-env"],
         cwd=EXAMPLE,
         env=env,
         capture_output=True,

@@ -77,6 +77,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "it there (what a resubmitted or retried job needs)",
     )
     t.add_argument(
+        "--trust-env",
+        action="store_true",
+        help="with --resume: import the env and wrappers the run directory's config names by "
+        "import path (module:Name) when neither --env nor --config names them: runs their code",
+    )
+    t.add_argument(
         "--dashboard-host",
         default="127.0.0.1",
         help="address the embedded Ray dashboard listens on (default 127.0.0.1: this machine only)",
@@ -98,6 +104,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         type=Path,
         metavar="DIR",
         help="write mp4 videos of the episodes into DIR (needs moviepy)",
+    )
+    e.add_argument(
+        "--trust-env",
+        action="store_true",
+        help="import the env and wrappers the checkpoint names by import path (module:Name): "
+        "runs their code, so only for checkpoints you trust (registered ids need no flag)",
     )
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     for name, (module, help_) in MODULE_COMMANDS.items():
@@ -185,6 +197,15 @@ def resume_config(args: argparse.Namespace) -> Config:
         problems.append(f"--resume {args.resume} and --run-dir {cfg.run.run_dir} disagree")
     if problems:
         raise ConfigError(problems)
+    # The saved config is data: an env it names by import path is imported only when the user
+    # names it too (--env, --set, their --config) or trusts the run directory.
+    from a3c_ray.envs.make import untrusted_env_problem
+
+    named = Config.load(resolve_config(args.config)) if args.config else Config()
+    apply_overrides(named, args)
+    untrusted = untrusted_env_problem(cfg.env, f"run directory {args.resume}", named.env)
+    if untrusted and not args.trust_env:
+        raise ConfigError([untrusted])
     cfg.run.run_dir = str(args.resume)
     return cfg
 
@@ -253,7 +274,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise UsageError("a3c-ray eval: --episodes must be >= 1")
-    res = evaluate_checkpoint(args.checkpoint, args.episodes, args.seed, args.greedy, args.video)
+    res = evaluate_checkpoint(
+        args.checkpoint, args.episodes, args.seed, args.greedy, args.video, args.trust_env
+    )
     if args.json:
         print(json.dumps(res))
     else:

@@ -13,7 +13,7 @@ from a3c_ray.algo.evaluation import run_episodes, summarize
 from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import ActorCritic
 from a3c_ray.config import EnvConfig
-from a3c_ray.envs.make import check_env, is_atari, make_eval_env
+from a3c_ray.envs.make import check_env, is_atari, make_eval_env, untrusted_env_problem
 from a3c_ray.errors import CheckpointError, ConfigError, install_hint
 from a3c_ray.rundir.checkpoint import load_checkpoint
 from a3c_ray.rundir.policy import policy_from_state
@@ -36,10 +36,19 @@ def evaluate_checkpoint(
     seed: int = 0,
     greedy: bool = False,
     video_dir: Path | None = None,
+    trust_env: bool = False,
 ) -> dict[str, Any]:
+    """Play the checkpoint's policy for ``episodes`` on the env it records.
+
+    A checkpoint is data: an env it names by import path (``module:Name``, or a wrapper) is
+    refused with a ``ConfigError`` unless ``trust_env``; then it is imported from the installed
+    packages and ``PYTHONPATH``, not from the working directory."""
     state = load_checkpoint(path)
     env_cfg = env_config_from_checkpoint(state)
-    problem = check_env(env_cfg)
+    untrusted = untrusted_env_problem(env_cfg, f"checkpoint {state['path']}")
+    if untrusted and not trust_env:
+        raise ConfigError([untrusted])
+    problem = check_env(env_cfg, search_cwd=False)
     if problem:
         raise ConfigError([f"checkpoint {state['path']}: {problem}"])
     policy = policy_from_state(state)
@@ -47,14 +56,14 @@ def evaluate_checkpoint(
         if importlib.util.find_spec("moviepy") is None:
             raise ConfigError([f"--video needs moviepy: {install_hint('video')}"])
         env: gym.Env = gym.wrappers.RecordVideo(
-            make_eval_env(env_cfg, render_mode="rgb_array"),
+            make_eval_env(env_cfg, render_mode="rgb_array", search_cwd=False),
             str(video_dir),
             episode_trigger=lambda _: True,
             name_prefix="eval",
             disable_logger=True,
         )
     else:
-        env = make_eval_env(env_cfg)
+        env = make_eval_env(env_cfg, search_cwd=False)
     shape = tuple(int(x) for x in env.observation_space.shape or ())
     if shape != tuple(int(x) for x in state["obs_shape"]):
         env.close()

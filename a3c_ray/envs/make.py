@@ -32,8 +32,9 @@ def check_env_id(env_id: str) -> str | None:
     return check_env(EnvConfig(id=env_id))
 
 
-def check_env(cfg: EnvConfig) -> str | None:
-    """A one-line problem with the env ``cfg`` describes, or None when a3c-ray can train it."""
+def check_env(cfg: EnvConfig, search_cwd: bool = True) -> str | None:
+    """A one-line problem with the env ``cfg`` describes, or None when a3c-ray can train it.
+    ``search_cwd``: as for ``make_env``."""
     register_extra_envs()
     env_id = cfg.id
     if ":" not in env_id:
@@ -42,8 +43,8 @@ def check_env(cfg: EnvConfig) -> str | None:
         except gym.error.Error as e:
             return f"unknown environment '{env_id}': {str(e).splitlines()[0]}"
     try:
-        env = _make_base(cfg, None)
-        env = _wrap(env, cfg.wrappers)
+        env = _make_base(cfg, None, search_cwd)
+        env = _wrap(env, cfg.wrappers, search_cwd)
     except EnvSpecError as e:
         return str(e)
     except Exception as e:  # an env that cannot even be built is bad input, whatever it raises
@@ -68,13 +69,45 @@ class EnvSpecError(ValueError):
     """An env id or wrapper path that names nothing usable; the message is one line."""
 
 
-def _import(path: str, what: str) -> Any:
+TRUST_ENV_HINT = "pass --trust-env (trust_env=True in Python) to import it"
+"""How a user opts in to an env that a checkpoint or a run directory names by import path."""
+
+
+def import_paths(cfg: EnvConfig) -> list[str]:
+    """The modules building the env ``cfg`` would import, as named: its id in ``module:Name``
+    form (gymnasium's ``module:EnvId`` too: importing the module registers the id) and each of
+    its wrappers. A registered id names none: only code already imported registered it."""
+    return ([cfg.id] if ":" in cfg.id else []) + [str(w) for w in cfg.wrappers]
+
+
+def untrusted_env_problem(
+    cfg: EnvConfig, source: str, named: EnvConfig | None = None
+) -> str | None:
+    """Why the env ``cfg``, read from ``source`` (a checkpoint, a run directory: data, which anyone
+    who could write it may have crafted), is not built without an opt-in: the import paths in it
+    that the user did not name themselves (in ``named``, the env of their own flags or config);
+    None when it names none.
+
+    Importing a module runs its code, and an env class or factory is called with the kwargs the
+    same data holds: ``os:system`` with ``{"command": ...}`` runs a command."""
+    own = set(import_paths(named)) if named is not None else set()
+    unnamed = [p for p in import_paths(cfg) if p not in own]
+    if not unnamed:
+        return None
+    listed = ", ".join(f"'{p}'" for p in unnamed)
+    return (
+        f"{source} names its env by import path ({listed}), and importing it runs that code: "
+        f"{TRUST_ENV_HINT} only if you trust where it came from"
+    )
+
+
+def _import(path: str, what: str, search_cwd: bool = True) -> Any:
     """The object ``package.module:name`` names, importing the module from the working directory
-    too (as ``python -m`` would); None when the module has no such name."""
+    too (as ``python -m`` would) with ``search_cwd``; None when the module has no such name."""
     module, sep, name = path.partition(":")
     if not sep or not module or not name:
         raise EnvSpecError(f"{what} '{path}': expected package.module:Name")
-    if os.getcwd() not in sys.path and "" not in sys.path:
+    if search_cwd and os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         mod = importlib.import_module(module)
@@ -85,14 +118,16 @@ def _import(path: str, what: str) -> Any:
     return getattr(mod, name, None)
 
 
-def _make_base(cfg: EnvConfig, render_mode: str | None, **extra: Any) -> gym.Env[Any, Any]:
+def _make_base(
+    cfg: EnvConfig, render_mode: str | None, search_cwd: bool = True, **extra: Any
+) -> gym.Env[Any, Any]:
     """The env before a3c-ray's wrappers: ``gym.make(id)`` for a registered id or gymnasium's
     ``module:EnvId``; a class or factory called with ``env.kwargs`` for ``package.module:Name``."""
     kwargs = {**cfg.kwargs, **extra}
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     if ":" in cfg.id:
-        target = _import(cfg.id, "environment")
+        target = _import(cfg.id, "environment", search_cwd)
         if target is not None:
             if not callable(target):
                 raise EnvSpecError(
@@ -112,9 +147,11 @@ def _make_base(cfg: EnvConfig, render_mode: str | None, **extra: Any) -> gym.Env
     return gym.make(cfg.id, **kwargs)
 
 
-def _wrap(env: gym.Env[Any, Any], wrappers: list[str]) -> gym.Env[Any, Any]:
+def _wrap(
+    env: gym.Env[Any, Any], wrappers: list[str], search_cwd: bool = True
+) -> gym.Env[Any, Any]:
     for path in wrappers:
-        wrapper = _import(path, "env.wrappers: wrapper")
+        wrapper = _import(path, "env.wrappers: wrapper", search_cwd)
         if not callable(wrapper):
             raise EnvSpecError(f"env.wrappers: wrapper '{path}' is not a wrapper class or function")
         env = wrapper(env)
@@ -236,33 +273,44 @@ def frame_stack(cfg: EnvConfig) -> int:
     return atari.ATARI_FRAME_STACK if is_atari(cfg.id) else 1
 
 
-def _make_atari(cfg: EnvConfig, training: bool, render_mode: str | None) -> gym.Env[Any, Any]:
-    env = _base_env(cfg, render_mode, timed=True, **atari.base_kwargs(cfg))
+def _make_atari(
+    cfg: EnvConfig, training: bool, render_mode: str | None, search_cwd: bool
+) -> gym.Env[Any, Any]:
+    env = _base_env(cfg, render_mode, search_cwd, timed=True, **atari.base_kwargs(cfg))
     return atari.preprocess(env, cfg, training, frame_stack(cfg))
 
 
 def _base_env(
-    cfg: EnvConfig, render_mode: str | None, timed: bool = False, **extra: Any
+    cfg: EnvConfig,
+    render_mode: str | None,
+    search_cwd: bool = True,
+    timed: bool = False,
+    **extra: Any,
 ) -> gym.Env[Any, Any]:
     """The env with the user's wrappers, recreated whenever it raises (see a3c_ray.envs.faults), so
     that neither a Worker nor an evaluation dies with it; an eval episode cut by a failure ends there.
     With ``timed``, the bare env's steps count into ``emulator_seconds``."""
 
     def make() -> gym.Env[Any, Any]:
-        env = _make_base(cfg, render_mode, **extra)
-        return _wrap(atari.EmulatorClock(env) if timed else env, cfg.wrappers)
+        env = _make_base(cfg, render_mode, search_cwd, **extra)
+        return _wrap(atari.EmulatorClock(env) if timed else env, cfg.wrappers, search_cwd)
 
     return RecreateOnError(make)
 
 
 def make_env(
-    cfg: EnvConfig, training: bool = True, render_mode: str | None = None
+    cfg: EnvConfig,
+    training: bool = True,
+    render_mode: str | None = None,
+    search_cwd: bool = True,
 ) -> gym.Env[Any, Any]:
-    """One environment; ``training`` adds Atari's life-loss ends and reward clipping."""
+    """One environment; ``training`` adds Atari's life-loss ends and reward clipping.
+    ``search_cwd``: a ``module:Name`` is looked for in the working directory too, as for an env
+    the user names (``--env``); not for one a checkpoint names, even when trusted."""
     register_extra_envs()
     if is_atari(cfg.id):
-        return _make_atari(cfg, training, render_mode)
-    env = _base_env(cfg, render_mode)
+        return _make_atari(cfg, training, render_mode, search_cwd)
+    env = _base_env(cfg, render_mode, search_cwd)
     # Undiscounted returns and lengths of whole episodes, as the training charts report them.
     env = gym.wrappers.RecordEpisodeStatistics(env)
     stack = frame_stack(cfg)
@@ -277,9 +325,11 @@ def make_vector_env(cfg: EnvConfig) -> gym.vector.VectorEnv[Any, Any, Any]:
     )
 
 
-def make_eval_env(cfg: EnvConfig, render_mode: str | None = None) -> gym.Env[Any, Any]:
+def make_eval_env(
+    cfg: EnvConfig, render_mode: str | None = None, search_cwd: bool = True
+) -> gym.Env[Any, Any]:
     """One environment for evaluation: whole games, raw rewards."""
-    return make_env(cfg, training=False, render_mode=render_mode)
+    return make_env(cfg, training=False, render_mode=render_mode, search_cwd=search_cwd)
 
 
 def env_spaces(cfg: EnvConfig) -> tuple[gym.spaces.Box, gym.Space[Any]]:
