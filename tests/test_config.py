@@ -402,8 +402,6 @@ def test_leaving_env_out_trains_as_the_default_env_given() -> None:
         (["--env", "Pendulum-v1"], "pendulum", True),
         # opted out: the package defaults
         (["--env", "Pendulum-v1", "--no-env-config"], None, False),
-        # a config given: that one, whatever --env says
-        (["--env", "Pendulum-v1", "--config", "cartpole"], "cartpole", False),
         # an env with no shipped config: the defaults
         (["--env", "Acrobot-v1"], None, False),
     ],

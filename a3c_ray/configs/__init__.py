@@ -7,8 +7,11 @@ config that ``a3c-ray train --env Pendulum-v1`` starts from (settings keyed by e
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 from a3c_ray.config import Config
 
@@ -58,23 +61,63 @@ def starting_config(
     is_atari: Callable[[str], bool] | None = None,
 ) -> tuple[Config, str | None]:
     """What a run's settings start from, and a line that says so when it is not what was asked
-    for by name: ``config`` (a file or a shipped name); else, for an ``env_id`` with a shipped
-    config (and ``use_env_config``), that one; else, for an Atari game (``is_atari``, which the
-    caller passes: settings know no envs), the Atari starting point ``atari.yaml`` with that id;
-    else the package defaults. No ``env_id`` means the default env's (``CartPole-v1``): leaving
-    ``--env`` out trains as giving its default."""
-    if config:
+    for by name.
+
+    Without ``config``: for an ``env_id`` with a shipped config (and ``use_env_config``), that
+    one; else, for an Atari game (``is_atari``, which the caller passes: settings know no envs),
+    the Atari starting point ``atari.yaml`` with that id; else the package defaults. No
+    ``env_id`` means the default env's (``CartPole-v1``): leaving ``--env`` out trains as giving
+    its default.
+
+    With ``config`` (a file or a shipped name) and an ``env_id``, the file is laid over what that
+    env starts from without it: the fields the file sets win, every other field keeps the env's
+    shipped config (``--env CartPole-v1 --config my.yaml`` keeps cartpole.yaml's
+    ``algo.lr_half_life`` unless my.yaml sets it). With ``config`` and no ``env_id`` the file is
+    laid over the package defaults: a file names its own env and stands alone, which is how
+    ``--config pong`` is exactly pong.yaml."""
+    if config and not env_id:
         return Config.load(resolve(config)), None
     env_id = env_id or Config().env.id
+    base, base_file, what = _env_start(env_id, use_env_config, is_atari)
+    if not config:
+        if base_file is None:
+            return base, None
+        if base_file == resolve(ATARI) and for_env(env_id) is None:
+            return base, f"{env_id} has no config of its own: it starts from {what}"
+        return base, f"{env_id} starts from {what}"
+    path = resolve(config)
+    layered = _laid_over(base, path)
+    if base_file is None or base_file.resolve() == path.resolve():
+        return layered, None
+    return layered, f"--config {config} is laid over {env_id}'s starting point, {what}"
+
+
+def _env_start(
+    env_id: str, use_env_config: bool, is_atari: Callable[[str], bool] | None
+) -> tuple[Config, Path | None, str]:
+    """The config ``--env env_id`` starts from, its file (None: the package defaults) and what
+    it is, in words."""
     shipped = for_env(env_id) if use_env_config else None
     if shipped is None and use_env_config and is_atari is not None and is_atari(env_id):
         cfg = Config.load(resolve(ATARI))
         cfg.env.id = env_id
-        return cfg, (
-            f"{env_id} has no config of its own: it starts from the Atari starting point "
-            f"'{ATARI}' ({resolve(ATARI)})"
-        )
+        return cfg, resolve(ATARI), f"the Atari starting point '{ATARI}' ({resolve(ATARI)})"
     if shipped is None:
-        return Config(), None
-    note = f"{env_id} starts from the shipped config '{shipped}' ({resolve(shipped)})"
-    return Config.load(resolve(shipped)), note
+        return Config(), None, "the package defaults"
+    return (
+        Config.load(resolve(shipped)),
+        resolve(shipped),
+        f"the shipped config '{shipped}' ({resolve(shipped)})",
+    )
+
+
+def _laid_over(base: Config, path: Path) -> Config:
+    """``base`` with the fields that the YAML file at ``path`` sets taken from it. The file is
+    first read as a whole config, so that its problems are reported as for a file alone."""
+    Config.load(path)
+    data = yaml.safe_load(path.read_text()) or {}
+    cfg = copy.deepcopy(base)
+    for section, values in data.items():
+        for key, value in values.items():
+            cfg.set(f"{section}.{key}", value)
+    return cfg
