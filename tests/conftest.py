@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 
 # Ray's "single-machine" mode: every node of a test cluster (and every child process) takes the
@@ -39,6 +40,24 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+@pytest.fixture(autouse=True)
+def no_ray_unless_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test not marked ``ray`` must not start one (``make fast`` and ``make unit`` leave Ray
+    out): a call that starts Ray on its own, such as ``ray.get_runtime_context()``, fails here."""
+    before = _ray_running()
+    yield
+    if not before and _ray_running() and request.node.get_closest_marker("ray") is None:
+        import ray
+
+        ray.shutdown()
+        pytest.fail("this test started Ray: mark it with @pytest.mark.ray or keep Ray out of it")
 
 
 @pytest.fixture(scope="module")

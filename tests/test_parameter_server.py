@@ -388,18 +388,34 @@ def test_an_evaluation_stops_the_run_at_the_target_only_with_target_from_eval() 
     assert by_train.coordinator.stop_reason is None
 
 
-def test_the_time_limit_is_reached_without_a_push_and_training_time_ends_at_the_stop() -> None:
-    import time
+class Clock:
+    """A ``time`` module whose ``monotonic`` moves only when the test says."""
 
-    ps = make_ps(run__time_limit=0.2)
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_the_time_limit_is_reached_without_a_push_and_training_time_ends_at_the_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from a3c_ray.algo import coordinator
+
+    clock = Clock()
+    monkeypatch.setattr(coordinator, "time", clock)
+    ps = make_ps(run__time_limit=20.0)
+    clock.now += 5.0  # before the first gradient: no training time
     ps.push(push(1.0))  # the first gradient applied starts the clock
+    clock.now += 19.9
     assert ps.progress().stop_reason is None
-    time.sleep(0.3)
+    clock.now += 0.2
     p = ps.progress()  # no push since: the polling alone reaches the limit
     assert p.stop_reason == "time_limit"
-    time.sleep(0.3)
-    assert ps.progress().train_seconds == pytest.approx(p.train_seconds)
-    assert 0.2 <= p.train_seconds < 0.5
+    assert p.train_seconds == pytest.approx(20.1)
+    clock.now += 30.0  # the Workers take their time to stop: training time ended at the stop
+    assert ps.progress().train_seconds == pytest.approx(20.1)
 
 
 def test_a_new_call_of_the_server_actor_is_locked_or_named_here() -> None:

@@ -20,8 +20,6 @@ from .conftest import named_actor, small_config, wait_for
 from .test_cli import snapshot
 from .test_train_ray import read_tags
 
-pytestmark = pytest.mark.ray
-
 
 @pytest.fixture(scope="module")
 def finished_run(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -35,6 +33,7 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / layout.SUMMARY).read_text())
 
 
+@pytest.mark.ray
 @pytest.mark.parametrize(
     ("flags", "needle"),
     [
@@ -72,6 +71,7 @@ def test_resume_of_a_run_without_a_good_checkpoint_exits_2(
     assert "cannot resume" in err and "ckpt-100.pt" in err
 
 
+@pytest.mark.ray
 def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run: Path) -> None:
     first = summary(finished_run)
     last_ckpt = load_checkpoint(finished_run / layout.CHECKPOINTS / layout.LATEST)
@@ -99,6 +99,7 @@ def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run
     assert new_returns and min(new_returns) > int(last_ckpt["env_steps"])
 
 
+@pytest.mark.ray
 def test_resume_skips_a_corrupted_latest_checkpoint(ray_session: None, tmp_path: Path) -> None:
     run_dir = tmp_path / "corrupt"
     cfg = small_config(
@@ -115,6 +116,7 @@ def test_resume_skips_a_corrupted_latest_checkpoint(ray_session: None, tmp_path:
     assert s["env_steps"] >= 30_000
 
 
+@pytest.mark.ray
 @pytest.mark.slow
 def test_resumed_run_still_solves_cartpole_within_the_uninterrupted_budget(
     ray_session: None, tmp_path: Path
@@ -164,6 +166,7 @@ def auto(run_dir: Path, *flags: str) -> list[str]:
     ]
 
 
+@pytest.mark.ray
 def test_resume_auto_starts_a_run_then_continues_it_exactly(
     ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -201,6 +204,7 @@ def test_resume_auto_starts_a_run_then_continues_it_exactly(
     assert Config.load(run_dir / layout.CONFIG).run.max_steps == 20_000
 
 
+@pytest.mark.ray
 def test_resume_auto_of_a_run_lost_before_its_first_checkpoint_starts_it_again(
     ray_session: None, tmp_path: Path
 ) -> None:

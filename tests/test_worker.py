@@ -206,8 +206,11 @@ def test_a_starting_worker_trains_from_the_weights_of_after_spreading_its_envs(
         return spread_them
 
     monkeypatch.setattr(shell, "decorrelate", spread_while_another_trains)
-    shell.train([object()])
+    # The node it ran on, which Ray's runtime context would give (and start a Ray to give).
+    monkeypatch.setattr(shell, "node_id", lambda: "node-0")
+    result = shell.train([object()])
     assert ps.gradients_applied > 4 and staleness[0] == 0, staleness
+    assert result.node_id == "node-0"
 
 
 def test_a_worker_spreads_its_envs_only_once_the_weights_have_trained() -> None:
