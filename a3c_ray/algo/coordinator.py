@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from a3c_ray.algo.messages import GradientPush
+from a3c_ray.algo.messages import GradientPush, Progress, RunDecisions
 from a3c_ray.config import RunConfig
 
 STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
@@ -133,6 +133,27 @@ class Coordinator:
         kept in checkpoints. A count older than one already known changes nothing."""
         self.worker_restarts = max(self.worker_restarts, int(total))
 
+    # -- decisions: kept across a reset within one sitting, never in checkpoints ---------------
+    def decisions(self) -> RunDecisions:
+        return RunDecisions(
+            self.stop_reason,
+            self.steps_to_target,
+            self.seconds_to_target,
+            self.desired_workers,
+            frozenset(self.retiring),
+        )
+
+    def keep(self, d: RunDecisions) -> None:
+        """Take the decisions of this run made before this coordinator was reset or restarted:
+        a stop stands (the first reason, with where the target was reached), retired slots stay
+        retired, and the Workers asked for stay asked for unless asked for anew since."""
+        if d.stop_reason is not None and self.stop_reason is None:
+            self.steps_to_target, self.seconds_to_target = d.steps_to_target, d.seconds_to_target
+            self.stop(d.stop_reason)
+        self.retiring |= d.retiring
+        if self.desired_workers is None:
+            self.desired_workers = d.desired_workers
+
     # -- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -155,3 +176,26 @@ class Coordinator:
         self.staleness_sum = int(state.get("staleness_sum", 0))
         self.staleness_max = int(state.get("staleness_max", 0))
         self.worker_steps = {int(k): int(v) for k, v in state.get("worker_steps", {}).items()}
+
+
+def lost_decisions(
+    before: Progress | None, now: Progress, retiring: set[int]
+) -> RunDecisions | None:
+    """What a coordinator forgot between two reads of its progress (``before``, then ``now``):
+    Ray restarted it, and it came back from a checkpoint, which holds counters, not decisions.
+    A stop is never taken back, nor a number of Workers asked for unset, so either missing means
+    forgotten; the retired slots (``retiring``, the driver's record) go with them. None when
+    nothing was forgotten."""
+    if before is None:
+        return None
+    stop_lost = before.stop_reason is not None and now.stop_reason is None
+    scale_lost = before.desired_workers is not None and now.desired_workers is None
+    if not (stop_lost or scale_lost):
+        return None
+    return RunDecisions(
+        before.stop_reason,
+        before.steps_to_target,
+        before.seconds_to_target,
+        before.desired_workers,
+        frozenset(retiring),
+    )

@@ -205,6 +205,20 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class RunDecisions:
+    """What the run's coordinator has decided, as against what it counts: the stop, and the
+    Workers asked for and retired. Not in checkpoints (a resumed run goes on, with the Workers
+    it starts with); a coordinator reset within one sitting keeps them, and one that Ray restarted
+    is told them again by the driver."""
+
+    stop_reason: str | None
+    steps_to_target: int | None
+    seconds_to_target: float | None
+    desired_workers: int | None
+    retiring: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
 class WorkerResult:
     """What a Worker reports when it stops: its share of the run and where its time went."""
 

@@ -24,7 +24,14 @@ import torch
 
 from a3c_ray.algo import wire
 from a3c_ray.algo.coordinator import Coordinator
-from a3c_ray.algo.messages import CheckpointMeta, GradientPush, Progress, PushReply, ShardCounts
+from a3c_ray.algo.messages import (
+    CheckpointMeta,
+    GradientPush,
+    Progress,
+    PushReply,
+    RunDecisions,
+    ShardCounts,
+)
 from a3c_ray.algo.optim import make_optimizer, optimizer_mismatch, step_size
 from a3c_ray.algo.stats import Window, WindowStats
 from a3c_ray.config import Config
@@ -62,12 +69,15 @@ class ParameterServer:
         self.meta = meta
         self.shard = shard
         self.wire_dtype = cfg.ps.wire_dtype
+        self.run: Coordinator | None = None
         self.reset(init_params, restore)
 
     def reset(self, init_params: np.ndarray, restore: dict[str, Any] | None = None) -> None:
         """Start over from ``init_params``, or from ``restore`` (a checkpoint's state): weights,
-        optimizer statistics, counters, stop and a new lineage, as a new server would."""
+        optimizer statistics, counters and a new lineage, as a new server would; what the run
+        decided (its stop, the Workers asked for and retired) stays decided."""
         cfg = self.cfg
+        decided = self.run.decisions() if self.run is not None else None
         self.flat = torch.nn.Parameter(torch.tensor(np.asarray(init_params, dtype=np.float32)))
         self.optimizer = make_optimizer([self.flat], cfg.algo)
         # Each pushed gradient is copied into this one buffer (arrays from Ray are read-only).
@@ -89,10 +99,12 @@ class ParameterServer:
         self._weights_cache: tuple[int, np.ndarray] | None = None
         self.lineage = uuid.uuid4().hex[:12]
         self.restored_from: str | None = None
-        self.run: Coordinator | None = Coordinator(cfg.run) if self.shard == 0 else None
+        self.run = Coordinator(cfg.run) if self.shard == 0 else None
         if restore is not None:
             self.load_state_dict(restore)
             self.restored_from = restore.get("path")
+        if self.run is not None and decided is not None:
+            self.run.keep(decided)
 
     @property
     def coordinator(self) -> Coordinator:
@@ -274,6 +286,9 @@ class ParameterServer:
 
     def request_stop(self, reason: str) -> None:
         self.coordinator.stop(reason)
+
+    def keep_decisions(self, decided: RunDecisions) -> None:
+        self.coordinator.keep(decided)
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -180,8 +180,15 @@ def env_problems(cfg: Config) -> list[str]:
 
 
 def action_space_problem(space: gym.Space[Any]) -> str | None:
-    """Why a3c-ray cannot act in ``space``, or None: Discrete, or a 1-D Box with finite bounds."""
+    """Why a3c-ray cannot act in ``space``, or None: Discrete from 0, or a 1-D Box with finite
+    bounds. (The policy's actions count from 0: a ``Discrete(n, start=s)`` env would be sent
+    actions s below the ones it means, and never its top s.)"""
     if isinstance(space, gym.spaces.Discrete):
+        if int(space.start) != 0:
+            return (
+                f"has a Discrete action space starting at {int(space.start)}; a3c-ray's actions "
+                f"count from 0 (Discrete({int(space.n)})): wrap it to take 0..{int(space.n) - 1}"
+            )
         return None
     if isinstance(space, gym.spaces.Box):
         if len(space.shape) != 1:

@@ -48,8 +48,10 @@ class Monitor:
         ps: ParameterServerLike,
     ):
         self.cfg = cfg
-        self.storage = RunStorage(run_dir)
-        self.storage.download_checkpoints()  # a restarted Monitor on another node starts from them
+        # Staged apart from the node's readers of the run (see RunStorage), and a restarted
+        # Monitor, here or on another node, starts from the run's checkpoints as they are.
+        self.storage = RunStorage(run_dir, own_staging="monitor")
+        self.storage.download_checkpoints()
         self.run_dir = self.storage.local
         self.ps = ps
         self.writer = SummaryWriter(str(self.run_dir / layout.TENSORBOARD), flush_secs=10)

@@ -75,7 +75,7 @@ def prepare_run_dir(storage: RunStorage, overwrite: bool) -> None:
     if overwrite:
         for sub in (layout.CHECKPOINTS, layout.TENSORBOARD):
             shutil.rmtree(storage.local / sub, ignore_errors=True)
-            storage.delete(sub)
+            storage.delete_tree(sub)
         for name in (layout.SUMMARY, layout.CONFIG):
             with contextlib.suppress(FileNotFoundError):
                 (storage.local / name).unlink()

@@ -61,15 +61,23 @@ def atomic_write(path: Path, write: Callable[[Any], None]) -> None:
 
 
 class RunStorage:
-    """The run directory ``location``, and the local directory that mirrors it on this node."""
+    """The run directory ``location``, and the local directory that mirrors it on this node.
 
-    def __init__(self, location: str | os.PathLike[str]):
+    The actors of one node that read a URI run directory (ParameterServer shards, ``serve``
+    replicas, ``eval``) share one staging directory for it. The run's one writer of checkpoints
+    (the Monitor) stages in a directory of its own (``own_staging``): a reader fetching the URI's
+    ``latest`` or ``best`` pointer must never replace the newer one the writer has just written
+    and not yet uploaded, which it would then upload (or prune by)."""
+
+    def __init__(self, location: str | os.PathLike[str], own_staging: str | None = None):
         self.location = str(location)
         self.remote = is_uri(self.location)
         if self.remote:
             self.fs, self.root = fsspec.core.url_to_fs(self.location)
             digest = hashlib.sha256(self.location.encode()).hexdigest()[:16]
-            self.local = staging_root() / digest
+            self.local = staging_root() / (
+                digest if own_staging is None else f"{digest}-{own_staging}"
+            )
         else:
             self.fs, self.root = None, self.location
             self.local = Path(self.location)
@@ -132,10 +140,23 @@ class RunStorage:
                 self.upload(str(p.relative_to(self.local)))
 
     def delete(self, rel: str) -> None:
+        """Remove the file ``rel`` from the run directory (a URI's; the caller removes its own
+        local copy)."""
         if self.remote:
             assert self.fs is not None
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(self._remote(rel))
+
+    def delete_tree(self, rel: str) -> None:
+        """Remove the directory ``rel`` and everything in it from the run directory (a URI's), as
+        ``--overwrite`` clears an earlier run's checkpoints and events. On an object store a
+        directory is only a prefix of its files' names: each file under it goes."""
+        if self.remote:
+            assert self.fs is not None
+            target = self._remote(rel)
+            if self.fs.exists(target):
+                self.fs.rm(target, recursive=True)
+            self.fs.invalidate_cache(target)
 
     def download(self, rel: str) -> Path:
         """The local copy of ``rel``, fetched from the run directory when it is remote."""
@@ -158,14 +179,25 @@ class RunStorage:
         return local
 
     def download_dir(self, rel: str) -> Path:
-        """The local copy of the directory ``rel`` and every complete file in it."""
+        """The local copy of the directory ``rel``: every complete file in it, and no file it no
+        longer holds (pruned, or the whole run replaced by ``--overwrite``), which would otherwise
+        be read back as the run's."""
         local = self.local / rel
-        if self.remote and self.has(rel):
+        if self.remote:
             assert self.fs is not None
-            for entry in self.fs.ls(self._remote(rel), detail=False):
-                name = str(entry).rstrip("/").rsplit("/", 1)[-1]
-                if not name.endswith(".uploading") and not self.fs.isdir(entry):
-                    self.download(f"{rel}/{name}")
+            self.fs.invalidate_cache(self._remote(rel))
+            there: set[str] = set()
+            if self.has(rel):
+                for entry in self.fs.ls(self._remote(rel), detail=False):
+                    name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+                    if not name.endswith(".uploading") and not self.fs.isdir(entry):
+                        self.download(f"{rel}/{name}")
+                        there.add(name)
+            for p in local.iterdir() if local.is_dir() else []:
+                # (Dot files are temporary names: another actor's download or write in progress.)
+                if p.is_file() and not p.name.startswith(".") and p.name not in there:
+                    with contextlib.suppress(FileNotFoundError):
+                        p.unlink()
         return local
 
     def download_checkpoints(self) -> Path:

@@ -94,7 +94,7 @@ class ParameterServerShell(ParameterServer):
             warnings.simplefilter("ignore", DeprecationWarning)
             if ray.get_runtime_context().was_current_actor_reconstructed:
                 self.restarts += 1
-        self._ref: tuple[int, Any] | None = None
+        self._ref: tuple[tuple[int, str], Any] | None = None
         self.graph_holders: set[int] = set()  # Workers pushing by compiled graph
         # One exporter of the run's counters: the coordinator's.
         self.metrics = ParameterServerMetrics(run, self) if shard == 0 else None
@@ -154,8 +154,9 @@ class ParameterServerShell(ParameterServer):
             p = dataclasses.replace(p, stale=stale)
         reply = self.push_inline(p)
         if reply.weights is not None and reply.weights.nbytes > WEIGHTS_BY_REF_BYTES:
-            if self._ref is None or self._ref[0] != reply.version:
-                self._ref = (reply.version, ray.put(reply.weights))
+            # By lineage too: after a reload the same version may be other weights.
+            if self._ref is None or self._ref[0] != (reply.version, reply.lineage):
+                self._ref = ((reply.version, reply.lineage), ray.put(reply.weights))
             reply = reply._replace(weights=self._ref[1])
         return reply
 
@@ -168,6 +169,7 @@ class ParameterServerShell(ParameterServer):
     set_workers = _serialized(ParameterServer.set_workers)
     retire = _serialized(ParameterServer.retire)
     request_stop = _serialized(ParameterServer.request_stop)
+    keep_decisions = _serialized(ParameterServer.keep_decisions)
     evaluation_reached = _serialized(ParameterServer.evaluation_reached)
     note_worker_restarts = _serialized(ParameterServer.note_worker_restarts)
 

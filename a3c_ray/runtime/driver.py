@@ -26,7 +26,7 @@ from typing import Any, cast
 import ray
 from tqdm import tqdm
 
-from a3c_ray.algo.coordinator import STOP_ERROR, STOP_INTERRUPTED
+from a3c_ray.algo.coordinator import STOP_ERROR, STOP_INTERRUPTED, lost_decisions
 from a3c_ray.algo.messages import CheckpointMeta, Progress, WorkerResult
 from a3c_ray.config import Config
 from a3c_ray.envs.make import action_size, env_spaces
@@ -220,7 +220,7 @@ class Run:
             self._collect(0.25)
             self._tick_monitor()
             self.ps_group.resync()
-            progress: Progress = ray.get(self.ps.progress.remote())
+            progress = self._read_progress()
             self.progress = progress
             self.slots.note_steps(progress.worker_steps)
             if self.on_progress is not None:
@@ -239,6 +239,17 @@ class Run:
                 self._take_report(ray.get(self.tick_ref, timeout=CALL_TIMEOUT))
             self.tick_ref = None
         return True
+
+    def _read_progress(self) -> Progress:
+        """The run's counters; a coordinator that Ray restarted came back from a checkpoint,
+        which holds no decisions, and is first told the stop and the Workers it forgot."""
+        progress: Progress = ray.get(self.ps.progress.remote())
+        forgotten = lost_decisions(self.progress, progress, set(self.slots.retiring))
+        if forgotten is not None:
+            log.warning("ParameterServer restarted: told again the run's decisions %s", forgotten)
+            ray.get(self.ps.keep_decisions.remote(forgotten))
+            progress = ray.get(self.ps.progress.remote())
+        return progress
 
     def _stopped(self) -> None:
         if self.stopping_since is not None and self.stopping_seconds is None:
