@@ -73,7 +73,8 @@ def test_greedy_takes_the_argmax_and_sampling_follows_the_generator(tmp_path: Pa
     policy = load_policy(tmp_path)
     obs = np.random.default_rng(1).normal(size=(64, 4)).astype(np.float32)
     logits = policy.model(torch.from_numpy(obs))[0]
-    np.testing.assert_array_equal(policy.act(obs).actions, logits.argmax(-1).numpy())
+    greedy = policy.act(obs, greedy=True).actions
+    np.testing.assert_array_equal(greedy, logits.argmax(-1).numpy())
     a = policy.act(obs, greedy=False, generator=torch.Generator().manual_seed(3)).actions
     b = policy.act(obs, greedy=False, generator=torch.Generator().manual_seed(3)).actions
     np.testing.assert_array_equal(a, b)
@@ -121,7 +122,7 @@ def test_eval_acts_exactly_as_the_loaded_policy(tmp_path: Path) -> None:
     obs, _ = env.reset(seed=4)
     state, length, done = None, 0, False
     while not done:
-        actions, _, state = policy.act(obs[None], state)
+        actions, _, state = policy.act(obs[None], state, greedy=True)
         obs, _, terminated, truncated, _ = env.step(int(actions[0]))
         length, done = length + 1, terminated or truncated
     assert episodes[0].length == length

@@ -89,11 +89,11 @@ def ok(client: Any, path: str, payload: Any) -> dict[str, Any]:
 def test_act_answers_in_order_what_the_policy_computes(server: dict[str, Any]) -> None:
     policy = load_policy(server["root"] / "mlp")
     obs = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
-    out = ok(server["client"], "/mlp/act", {"observations": obs.tolist()})
-    want = policy.act(obs)
+    out = ok(server["client"], "/mlp/act", {"observations": obs.tolist(), "greedy": True})
+    want = policy.act(obs, greedy=True)
     assert out["actions"] == want.actions.tolist() and out["step"] == 1000
     np.testing.assert_allclose(out["values"], want.values, rtol=1e-5, atol=1e-6)
-    sampled = ok(server["client"], "/mlp/act", {"observations": obs.tolist(), "greedy": False})
+    sampled = ok(server["client"], "/mlp/act", {"observations": obs.tolist()})  # the default
     assert len(sampled["actions"]) == 7 and set(sampled["actions"]) <= {0, 1}
 
 
@@ -107,12 +107,12 @@ def test_concurrent_requests_share_forward_passes_and_each_gets_its_own_answer(
     batches = [rng.normal(size=(1 + i % 3, 4)).astype(np.float32) * 3 for i in range(96)]
 
     def one(obs: np.ndarray) -> dict[str, Any]:
-        return ok(client, "/mlp/act", {"observations": obs.tolist()})
+        return ok(client, "/mlp/act", {"observations": obs.tolist(), "greedy": True})
 
     with ThreadPoolExecutor(32) as pool:
         answers = list(pool.map(one, batches))
     for obs, got in zip(batches, answers, strict=True):
-        want = policy.act(obs)
+        want = policy.act(obs, greedy=True)
         assert got["actions"] == want.actions.tolist()
         np.testing.assert_allclose(got["values"], want.values, rtol=1e-5, atol=1e-6)
     after = client.get("/mlp/metadata").json()["replica"]
@@ -152,11 +152,13 @@ def test_image_observations_as_npy_bytes_and_as_json_get_the_same_answer(
     buf = io.BytesIO()
     np.save(buf, frames)
     raw = server["client"].post(
-        "/cnn/act", content=buf.getvalue(), headers={"content-type": "application/x-npy"}
+        "/cnn/act?greedy=true",
+        content=buf.getvalue(),
+        headers={"content-type": "application/x-npy"},
     )
     assert raw.status_code == 200, raw.text
-    listed = ok(server["client"], "/cnn/act", {"observations": frames.tolist()})
-    want = policy.act(frames)
+    listed = ok(server["client"], "/cnn/act", {"observations": frames.tolist(), "greedy": True})
+    want = policy.act(frames, greedy=True)
     assert raw.json()["actions"] == listed["actions"] == want.actions.tolist()
     np.testing.assert_allclose(raw.json()["values"], want.values, rtol=1e-4, atol=1e-5)
 
@@ -178,10 +180,9 @@ def test_a_session_acts_as_eval_does_over_an_episode(server: dict[str, Any]) -> 
         for i, env in enumerate(envs):
             if done[i]:
                 continue
-            got = ok(
-                client, "/lstm/act", {"observations": [obs[i].tolist()], "session": sessions[i]}
-            )
-            want = policy.act(obs[i][None], states[i])
+            request = {"observations": [obs[i].tolist()], "session": sessions[i], "greedy": True}
+            got = ok(client, "/lstm/act", request)
+            want = policy.act(obs[i][None], states[i], greedy=True)
             states[i] = want.state
             assert got["actions"] == want.actions.tolist(), f"session {i} step {lengths[i]}"
             np.testing.assert_allclose(got["values"], want.values, rtol=1e-5, atol=1e-6)
@@ -313,7 +314,7 @@ def test_follow_swaps_in_each_newer_best_checkpoint_without_a_failed_request(
                     lambda s=steps: any(x and x[-1] == s for x in seen), 60, f"step {steps} served"
                 )
         wait_for(lambda: all(x and x[-1] == 500 for x in seen), 60, "every client on step 500")
-        final = ok(client, "/follow/act", {"observations": obs.tolist()})
+        final = ok(client, "/follow/act", {"observations": obs.tolist(), "greedy": True})
     finally:
         stop.set()
         for t in threads:
@@ -325,7 +326,7 @@ def test_follow_swaps_in_each_newer_best_checkpoint_without_a_failed_request(
         assert 400 not in steps  # not the best: never served
     served = {s for steps in seen for s in steps}
     assert {100, 200, 500} <= served
-    last = load_policy(tmp_path / layout.CHECKPOINTS / "ckpt-500.pt").act(obs)
+    last = load_policy(tmp_path / layout.CHECKPOINTS / "ckpt-500.pt").act(obs, greedy=True)
     assert final["step"] == 500 and final["actions"] == last.actions.tolist()
     np.testing.assert_allclose(final["values"], last.values, rtol=1e-5, atol=1e-6)
 

@@ -48,7 +48,7 @@ def test_a_json_request_becomes_a_checked_batch() -> None:
     assert req.observations.dtype == np.float32 and req.observations.shape == (2, 4)
     assert req.session == "s" and req.greedy is False and req.reset is None
     req = parse_act(as_json({"observations": [[0] * 4], "reset": True}), "", {}, VECTOR, LIMITS)
-    assert req.reset is not None and req.reset.tolist() == [True] and req.greedy is True
+    assert req.reset is not None and req.reset.tolist() == [True] and req.greedy is False
 
 
 def test_image_observations_come_as_npy_bytes_or_json_numbers() -> None:

@@ -97,16 +97,17 @@ class Policy:
         self,
         observations: Any,
         state: RecurrentState | None = None,
-        greedy: bool | np.ndarray = True,
+        greedy: bool | np.ndarray = False,
         generator: torch.Generator | None = None,
         reset: np.ndarray | None = None,
     ) -> Acted:
         """One step for a batch of observations [B, *obs_shape].
 
-        ``state`` is the previous call's (None: an episode's start). ``greedy`` takes the most
-        likely action (the Gaussian's mean) instead of sampling; a [B] bool array chooses per row.
-        ``generator`` seeds the sampling; ``reset`` [B] zeroes the state of rows that start an
-        episode."""
+        ``state`` is the previous call's (None: an episode's start). Actions are sampled from
+        the policy, as in training, the Monitor's evaluations, ``a3c-ray eval`` and ``serve``;
+        ``greedy`` takes the most likely action (the Gaussian's mean) instead, and a [B] bool
+        array chooses per row. ``generator`` seeds the sampling; ``reset`` [B] zeroes the state
+        of rows that start an episode."""
         obs = np.asarray(observations)
         if obs.ndim != len(self.obs_shape) + 1 or obs.shape[1:] != self.obs_shape:
             raise ValueError(

@@ -1,7 +1,7 @@
 """The HTTP protocol of ``a3c-ray serve``, without Ray: requests parsed and checked, answers and
 errors as bytes. The Serve deployment (``serving``) calls these; the tests call them directly.
 
-``POST /act`` takes JSON ``{"observations": [obs, ...], "session": ID?, "greedy": true?,
+``POST /act`` takes JSON ``{"observations": [obs, ...], "session": ID?, "greedy": false?,
 "reset": [bool, ...]?}``, or the raw bytes of one ``.npy`` array [N, *obs_shape] with
 ``Content-Type: application/x-npy`` (session, greedy and reset then go in the query string). It
 answers ``{"actions": [...], "values": [...], "step": ENV_STEPS}``, one entry per observation, in
@@ -38,7 +38,7 @@ class ActRequest:
     observations: np.ndarray
     """[N, *obs_shape] in the observation space's dtype, every value finite."""
     session: str | None = None
-    greedy: bool = True
+    greedy: bool = False
     reset: np.ndarray | None = None
     """[N] bool: rows whose recurrent state starts from zeros (an episode's first step)."""
 
@@ -72,7 +72,7 @@ def parse_act(
         obs = _npy(body)
         req = ActRequest(_observations(obs, space, limits, raw=True))
         req.session = query.get("session") or None
-        req.greedy = _flag(query.get("greedy", "true"), "greedy")
+        req.greedy = _flag(query.get("greedy", "false"), "greedy")
         if "reset" in query:
             req.reset = _reset(_flag(query["reset"], "reset"), len(req.observations))
         return req
@@ -89,7 +89,7 @@ def parse_act(
     session = payload.get("session")
     if session is not None and not isinstance(session, str):
         raise RequestError(400, '"session" must be a string')
-    greedy = payload.get("greedy", True)
+    greedy = payload.get("greedy", False)
     if not isinstance(greedy, bool):
         raise RequestError(400, '"greedy" must be true or false')
     reset = payload.get("reset")
