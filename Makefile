@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 # A CPU build of torch, installed before the package so that the range in pyproject.toml is met
 # without pulling a CUDA build. On a GPU machine: make venv TORCH_SPEC="torch==2.14.1"
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,atari,video,tune,serve,export
+# Every extra but mujoco (a large native package, for the MuJoCo envs alone).
+EXTRAS ?= dev,atari,video,plot,tune,s3,serve,export
 TRAIN_ARGS ?= --env CartPole-v1 --target-return 450
 
 .PHONY: venv train test lint typecheck unit fast bench clean docs learn-pong

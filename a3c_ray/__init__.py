@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
 __all__ = ["Policy", "load_policy"]
 
 if TYPE_CHECKING:
@@ -16,6 +15,10 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # written once, in pyproject.toml
+        from a3c_ray.version import package_version
+
+        return package_version()
     # Imported on first use: `import a3c_ray` (every CLI command) stays free of torch.
     if name == "load_policy":
         from a3c_ray.rundir.policy import load_policy

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
+from urllib.parse import unquote
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -30,9 +33,48 @@ class UsageError(Exception):
 
 
 def install_hint(extra: str) -> str:
-    """How to add one of the package's extras: a3c-ray installs from its checkout or git URL
-    (README, Install), not from PyPI."""
-    return f"install the '{extra}' extra: pip install -e '.[{extra}]' in the a3c-ray checkout"
+    """The pip line that adds one of the package's extras to this installation, for the way it
+    was installed: an editable install or a run from a checkout (``-e <checkout>[extra]``), a
+    plain install of a directory, a git URL or an archive (pip's ``direct_url.json`` says which),
+    each with the torch already installed held (``torch==X``) so that pip does not swap it."""
+    source = _install_source(extra)
+    hold = _torch_hold()
+    return f"install the '{extra}' extra: pip install {source}{hold}"
+
+
+def _install_source(extra: str) -> str:
+    root = Path(__file__).resolve().parents[1]
+    if (root / "pyproject.toml").is_file() and (root / "a3c_ray").is_dir():
+        return f"-e '{root}[{extra}]'"  # an editable install, or the code run from its checkout
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        direct = distribution("a3c-ray").read_text("direct_url.json")
+    except (ImportError, PackageNotFoundError):
+        direct = None
+    info = json.loads(direct) if direct else {}
+    url = str(info.get("url", ""))
+    if "vcs_info" in info:
+        vcs = info["vcs_info"]
+        ref = vcs.get("requested_revision") or vcs.get("commit_id")
+        return f"'a3c-ray[{extra}] @ {vcs.get('vcs', 'git')}+{url}{'@' + ref if ref else ''}'"
+    if "dir_info" in info and url.startswith("file://"):
+        path = unquote(url.removeprefix("file://"))
+        editable = "-e " if info["dir_info"].get("editable") else ""
+        return f"{editable}'{path}[{extra}]'"
+    if "archive_info" in info and url:
+        return f"'a3c-ray[{extra}] @ {url}'"
+    return f"'a3c-ray[{extra}]' from where a3c-ray came (its checkout or git URL)"
+
+
+def _torch_hold() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        installed = version("torch")
+    except (ImportError, PackageNotFoundError):
+        return ""
+    return f" torch=={installed.split('+')[0]}"
 
 
 def one_line(e: BaseException) -> str:

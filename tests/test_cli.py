@@ -204,13 +204,17 @@ def test_a_run_is_named_by_its_directory_its_name_or_its_id(
 
 def test_a_missing_extra_is_named_with_an_install_line_that_works() -> None:
     # The package is not on PyPI: `pip install 'a3c-ray[video]'` would find nothing. Every
-    # message and doc names the extra with the install from the checkout instead.
+    # message names the extra with the install this copy came from (here: the checkout), and
+    # every doc with the install from a checkout or a git URL.
+    from importlib.metadata import version
+
     from a3c_ray.errors import install_hint
 
-    assert install_hint("video") == (
-        "install the 'video' extra: pip install -e '.[video]' in the a3c-ray checkout"
-    )
     root = Path(__file__).resolve().parents[1]
+    torch = version("torch").split("+")[0]
+    assert install_hint("video") == (
+        f"install the 'video' extra: pip install -e '{root}[video]' torch=={torch}"
+    )
     texts = [*root.glob("a3c_ray/**/*.py"), *root.glob("a3c_ray/configs/*.yaml")]
     texts += [root / "README.md", *root.glob("docs/*.md")]
     registry = re.compile(r"pip install 'a3c-ray\[[\w,]*\]'")  # not '... @ git+URL'

@@ -22,6 +22,7 @@ from a3c_ray.configs import FOR_ENV
 from a3c_ray.configs import resolve as resolve_config
 from a3c_ray.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, UsageError
 from a3c_ray.rundir import layout
+from a3c_ray.version import package_version
 
 
 class Parser(argparse.ArgumentParser):
@@ -47,6 +48,7 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; with ``command``, other module commands' arguments are left out (not imported)."""
     p = Parser(prog="a3c-ray", description="Distributed A3C on Ray.")
+    p.add_argument("--version", action="version", version=f"a3c-ray {package_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     t = sub.add_parser(
