@@ -19,11 +19,20 @@ from a3c_ray.metric_names import (
 )
 
 
-def start_at_zero(counter: Any, tags: dict[str, str]) -> None:
+def start_at_zero(counter: Any, tags: dict[str, str]) -> bool:
     """Export ``counter`` at 0 for ``tags`` before its first event, as Prometheus asks of counters
     whose label values are known (dashboards and alerts otherwise see "no data", and ``rate`` misses
-    the first event). Ray's ``Counter.inc`` refuses 0, so the point is recorded directly."""
-    counter._record(0.0, tags)
+    the first event). Ray's ``Counter.inc`` refuses 0, so the point is recorded through Ray's
+    private ``_record``. A Ray that renamed or changed it costs only that first point (the counter
+    appears at its first event): never the actor that exports it. True when it was recorded."""
+    record = getattr(counter, "_record", None)
+    if not callable(record):
+        return False
+    try:
+        record(0.0, tags)
+    except Exception:  # another signature, other checks: the same loss of one point
+        return False
+    return True
 
 
 class ParameterServerMetrics:
