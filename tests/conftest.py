@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 # Ray's "single-machine" mode: every node of a test cluster (and every child process) takes the
 # loopback address, so no test traffic leaves 127.0.0.0/8.
@@ -120,6 +121,29 @@ def wait_for(predicate: object, timeout: float = 120.0, what: str = "condition")
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+AFTER_RECOVERY = 3_000
+"""Env steps a fault test lets its run train once it has recovered, before it ends the run."""
+
+
+def progress(run_dir: os.PathLike[str] | str) -> Any:
+    """The live run's ``Progress``, from its ParameterServer (the coordinator, of several shards)."""
+    import ray
+
+    return ray.get(named_actor("ParameterServer", run_dir).progress.remote())  # type: ignore[attr-defined]
+
+
+def train_on_then_stop(run_dir: os.PathLike[str] | str, steps: int = AFTER_RECOVERY) -> int:
+    """Let the live run train ``steps`` more env steps, then end it as its step budget would
+    (``stopped_because: max_steps``): a fault test ends once training has gone on after the
+    fault, not after a fixed budget. The env steps it counted from."""
+    import ray
+
+    start = int(progress(run_dir).env_steps)
+    wait_for(lambda: progress(run_dir).env_steps >= start + steps, what=f"{steps} env steps more")
+    ray.get(named_actor("ParameterServer", run_dir).request_stop.remote("max_steps"))  # type: ignore[attr-defined]
+    return start
 
 
 def free_port() -> int:
