@@ -333,7 +333,7 @@ class Run:
     def interrupt(self) -> None:
         """Stop the Workers at their next push, and end them within ``run.stop_grace``."""
         self.slots.cancel_restarts()
-        if self.ps is not None:
+        if self.progress is not None:  # (a ParameterServer that never started has no Workers)
             with contextlib.suppress(ray.exceptions.RayError):
                 ray.get(self.ps.request_stop.remote(STOP_INTERRUPTED), timeout=CALL_TIMEOUT)
         while self.pending:
@@ -343,10 +343,20 @@ class Run:
 
     def finish(self, started_at: float, evaluate: bool = True) -> RunSummary:
         """The final checkpoint, after a final evaluation with ``evaluate`` (an interrupted run
-        skips it to end soon), then the summary."""
+        skips it to end soon), then the summary. A run whose ParameterServer never started
+        (not placed, still restoring) trained nothing since it was last saved: it ends at once,
+        without waiting on actors that may never be placed."""
         p = self.progress
+        if p is None:
+            return RunSummary(
+                env_id=self.cfg.env.id,
+                run_dir=str(self.run_dir),
+                run_id=self.run_id,
+                stopped_because=STOP_INTERRUPTED,
+                errors=self.errors,
+            )
         try:
-            if self.monitor is not None:
+            if self.monitor is not None and self._monitor_started():
                 self._take_report(
                     ray.get(
                         self.monitor.tick.remote(force_eval=True, evaluate=evaluate),
@@ -361,14 +371,6 @@ class Run:
                 p = ray.get(self.ps.progress.remote(), timeout=CALL_TIMEOUT)
         except ray.exceptions.RayError as e:
             self.errors.append(f"parameter server: {one_line(e)}")
-        if p is None:  # interrupted before the ParameterServer answered once
-            return RunSummary(
-                env_id=self.cfg.env.id,
-                run_dir=str(self.run_dir),
-                run_id=self.run_id,
-                stopped_because=STOP_INTERRUPTED,
-                errors=self.errors,
-            )
         nodes = sorted({r.node_id for r in self.results.values() if r.node_id is not None})
         rest = RunSummary(
             env_id=self.cfg.env.id,
@@ -394,6 +396,18 @@ class Run:
             errors=self.errors,
         )
         return cast(RunSummary, {**progress_part(p), **rest})
+
+    def _monitor_started(self) -> bool:
+        """Whether the Monitor is up to write the final checkpoint, waiting for it at most
+        CALL_TIMEOUT seconds (one that was never placed would hold the run's end for the
+        checkpoint's whole timeout)."""
+        ready, _ = ray.wait([self.monitor.__ray_ready__.remote()], timeout=CALL_TIMEOUT)
+        if not ready:
+            self.errors.append(
+                f"monitor: not started within {CALL_TIMEOUT:g} s (no resources for it?): "
+                "no final checkpoint"
+            )
+        return bool(ready)
 
     def shutdown(self) -> None:
         for actor in [*self.workers.values(), self.monitor, *self.shards]:
