@@ -8,6 +8,11 @@ schedule) and the norm of the whole gradient as the wire carries it (for the fin
 clipping), so each shard applies exactly what one ParameterServer would to the same parameters.
 
 A push is applied on every shard or on none. Its norm makes the finite check the same everywhere.
+The one exception is a Worker that dies while it sends a push: the shards its calls reached apply
+their slices, the others never receive theirs (or, with ``max_staleness``, a verdict whose owner
+died). That costs those slices one update, as a dropped gradient would, and nothing else: shards
+never compare versions, each Worker tracks every shard's version, and the next pushes apply
+everywhere.
 Staleness is not: pushes of several Workers reach the shards in different orders, so each shard
 would count a push's staleness differently. With ``algo.max_staleness`` the coordinator alone
 judges it, and the other shards take the push with its verdict (``ShardRouter.judged``).
