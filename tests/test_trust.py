@@ -105,7 +105,8 @@ def test_a_trusted_checkpoint_env_is_not_looked_for_in_the_working_directory(
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(here))])
     ckpt = crafted(tmp_path, f"{module}:Env")
     assert main(["eval", str(ckpt), "--episodes", "1", "--trust-env"]) == 2
-    assert f"cannot import {module}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"cannot import {module}" in err and "not from the working directory" in err
     assert str(here) not in sys.path
     monkeypatch.syspath_prepend(str(here))  # named explicitly (PYTHONPATH=.): found
     assert main(["eval", str(ckpt), "--episodes", "1", "--trust-env"]) == 0

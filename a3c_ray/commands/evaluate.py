@@ -50,6 +50,11 @@ def evaluate_checkpoint(
         raise ConfigError([untrusted])
     problem = check_env(env_cfg, search_cwd=False)
     if problem:
+        if untrusted and "cannot import" in problem:
+            problem += (
+                " (a checkpoint's env is imported from PYTHONPATH and the installed packages,"
+                " not from the working directory)"
+            )
         raise ConfigError([f"checkpoint {state['path']}: {problem}"])
     policy = policy_from_state(state)
     if video_dir is not None:
@@ -86,4 +91,5 @@ def evaluate_checkpoint(
         "std_return": std,
         "mean_length": mean_len,
         "returns": [e.total_reward for e in eps],
+        "lengths": [e.length for e in eps],
     }
