@@ -33,12 +33,14 @@ pytestmark = pytest.mark.ray
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_BODY = 64 << 10  # the /mlp app's body limit, to test 413 without megabytes
+TOKEN = "serve-test-token-7c1e"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One Ray and one Serve proxy on 127.0.0.1 with three applications: an MLP, an LSTM on two
-    replicas (its sessions must not depend on which replica answers), and the Pong CNN."""
+    """One Ray and one Serve proxy on 127.0.0.1 with four applications: an MLP, an LSTM on two
+    replicas (its sessions must not depend on which replica answers), the Pong CNN, and an LSTM
+    locked with a token that keeps one session at most."""
     import ray
     from ray import serve
 
@@ -47,10 +49,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     root = tmp_path_factory.mktemp("serve")
     for kind in ("mlp", "lstm", "cnn"):
         save_checkpoint(root / kind, kind)
+    (root / "token").write_text(TOKEN + "\n")
+    env_token = os.environ.pop("A3C_RAY_SERVE_TOKEN", None)  # the open apps are built open
     if ray.is_initialized():
         ray.shutdown()
     ray.init(
-        num_cpus=4, include_dashboard=False, logging_level="WARNING", _node_ip_address="127.0.0.1"
+        address="local",  # a Ray of its own, even when `ray start` left one on this machine
+        num_cpus=4,
+        include_dashboard=False,
+        logging_level="WARNING",
+        _node_ip_address="127.0.0.1",
     )
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config=serving.QUIET)
@@ -59,6 +67,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         "mlp": {"source": str(root / "mlp"), "max_body_bytes": SMALL_BODY, **common},
         "lstm": {"source": str(root / "lstm"), "replicas": 2, **common},
         "cnn": {"source": str(root / "cnn"), **common},
+        "locked": {
+            "source": str(root / "lstm"),
+            "token_file": str(root / "token"),
+            "max_sessions": 1,
+            **common,
+        },
     }
     for name, args in apps.items():
         serve.run(serving.build_app(args), name=name, route_prefix=f"/{name}")
@@ -69,6 +83,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         client.close()
         serve.shutdown()
         ray.shutdown()
+        if env_token is not None:
+            os.environ["A3C_RAY_SERVE_TOKEN"] = env_token
 
 
 def post(client: Any, path: str, payload: Any) -> Any:
@@ -139,7 +155,8 @@ def test_healthz_and_metadata_describe_the_policy(server: dict[str, Any]) -> Non
         "high": 255.0,
     }
     assert meta["action_space"] == {"type": "Discrete", "n": 6, "start": 0}
-    assert meta["run"] == str(server["root"] / "cnn") and meta["recurrent"] is False
+    assert meta["checkpoint"] == "ckpt-1000.pt" and meta["recurrent"] is False
+    assert "run" not in meta and str(server["root"]) not in json.dumps(meta)  # served open
     lstm = client.get("/lstm/metadata").json()
     assert lstm["recurrent"] is True and lstm["lstm_size"] == 8
 
@@ -266,6 +283,103 @@ def test_wrong_methods_get_405(server: dict[str, Any]) -> None:
     assert r.status_code == 405 and "POST" in r.json()["error"]
 
 
+# -- the token ---------------------------------------------------------------------------------
+
+
+def test_a_locked_policy_answers_401_without_its_token_and_200_with_it(
+    server: dict[str, Any],
+) -> None:
+    client = server["client"]
+    body = {"observations": [[0.0, 0.1]]}
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": TOKEN}):
+        for r in (
+            client.post("/locked/act", json=body, headers=headers),
+            client.get("/locked/metadata", headers=headers),
+            client.get("/locked/nowhere", headers=headers),
+            client.post("/locked/sessions", json={}, headers=headers),
+        ):
+            assert r.status_code == 401, r.text
+            assert r.headers["www-authenticate"].startswith("Bearer")
+            assert str(server["root"]) not in r.text
+    assert client.get("/locked/healthz").json() == {"status": "ok", "step": 1000}
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = client.post("/locked/act", json=body, headers=auth)
+    assert r.status_code == 200 and len(r.json()["actions"]) == 1
+    meta = client.get("/locked/metadata", headers=auth).json()
+    assert meta["auth"] == "bearer" and meta["run"] == str(server["root"] / "lstm")
+
+
+# -- sessions past the limit -------------------------------------------------------------------
+
+
+def test_a_session_past_the_limit_gets_503_and_the_live_one_is_kept(server: dict[str, Any]) -> None:
+    client = server["client"]
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    sid = client.post("/locked/sessions", json={}, headers=auth).json()["session"]
+    refused = client.post("/locked/sessions", json={}, headers=auth)
+    assert refused.status_code == 503, refused.text
+    assert "DELETE /sessions" in refused.json()["error"] and int(refused.headers["retry-after"]) > 0
+    r = client.post(
+        "/locked/act", json={"observations": [[0.0, 0.0]], "session": sid}, headers=auth
+    )
+    assert r.status_code == 200, r.text
+    assert client.delete(f"/locked/sessions/{sid}", headers=auth).status_code == 200
+    again = client.post("/locked/sessions", json={}, headers=auth)
+    assert again.status_code == 200, again.text
+    assert (
+        client.delete(f"/locked/sessions/{again.json()['session']}", headers=auth).status_code
+        == 200
+    )
+
+
+# -- fuzzing over HTTP -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("app", "obs_dim"), [("mlp", 4), ("lstm", 2)])
+def test_fuzzed_requests_over_http_answer_2xx_or_4xx_and_the_server_keeps_serving(
+    server: dict[str, Any], app: str, obs_dim: int
+) -> None:
+    """A short round of tests/test_serve_fuzz.py's requests through Serve's proxy."""
+    from urllib.parse import quote
+
+    from hypothesis import HealthCheck, given, settings
+
+    from .serve_bodies import Call, calls
+
+    client = server["client"]
+    sessions = [ok(client, f"/{app}/sessions", {})["session"]] if app == "lstm" else []
+    valid = {"observations": [[0.0] * obs_dim]}
+    statuses: list[int] = []
+
+    @settings(
+        max_examples=30,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(call=calls(obs_dim, sessions))
+    def fuzz(call: Call) -> None:
+        r = client.request(
+            call.method,
+            f"/{app}{quote(call.path, safe='/')}",
+            content=call.body,
+            headers=call.headers,
+            params=call.query,
+        )
+        assert r.status_code < 500, (call, r.status_code, r.text)
+        if r.status_code >= 400:
+            assert r.headers["content-type"] == "application/json", (call, r.text)
+            assert "\n" not in r.text.strip() and r.json()["error"], (call, r.text)
+        statuses.append(r.status_code)
+
+    fuzz()
+    assert any(400 <= s < 500 for s in statuses), statuses
+    ok(client, f"/{app}/act", valid)
+    if sessions:  # released after each request (or deleted by one): never stuck in flight
+        r = post(client, f"/{app}/act", {**valid, "session": sessions[0]})
+        assert r.status_code in (200, 404), r.text
+
+
 # -- follow ------------------------------------------------------------------------------------
 
 
@@ -338,9 +452,16 @@ def test_follow_swaps_in_each_newer_best_checkpoint_without_a_failed_request(
 def test_the_command_serves_on_an_embedded_ray_until_interrupted(
     tmp_path: Path, ingress: str
 ) -> None:
+    """Open on loopback with Serve's proxy; locked with a token in the environment with haproxy,
+    whose replicas listen on every interface."""
     save_checkpoint(tmp_path, "mlp")
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("A3C_RAY_SERVE_TOKEN", None)
+    auth = {}
+    if ingress == "haproxy":
+        env["A3C_RAY_SERVE_TOKEN"] = TOKEN
+        auth = {"Authorization": f"Bearer {TOKEN}"}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -369,9 +490,13 @@ def test_the_command_serves_on_an_embedded_ray_until_interrupted(
         url = f"http://127.0.0.1:{port}"
         assert line.get("url") == url, (tmp_path / "stderr").read_text()[-2000:]
         assert line["env_id"] == "CartPole-v1"
+        assert line["auth"] == ("bearer" if auth else "none") and TOKEN not in json.dumps(line)
         assert httpx.get(f"{url}/healthz", timeout=30).status_code == 200
-        r = httpx.post(f"{url}/act", json={"observations": [[0.0, 0.1, 0.0, -0.1]]}, timeout=30)
+        body = {"observations": [[0.0, 0.1, 0.0, -0.1]]}
+        r = httpx.post(f"{url}/act", json=body, headers=auth, timeout=30)
         assert r.status_code == 200 and len(r.json()["actions"]) == 1
+        if auth:
+            assert httpx.post(f"{url}/act", json=body, timeout=30).status_code == 401
         proc.send_signal(signal.SIGINT)
         assert proc.wait(120) == 0
         with pytest.raises(httpx.HTTPError):  # the proxy went with the embedded Ray

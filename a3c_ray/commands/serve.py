@@ -1,9 +1,12 @@
 """``a3c-ray serve CKPT_OR_RUN``: a trained policy behind HTTP, as a Ray Serve application.
 
-The checkpoint is loaded here first, so that a missing or corrupt one is exit 2 with one line
-before Ray starts. Then the application runs (``runtime.serving``) until Ctrl-C or SIGTERM, on an
-embedded Ray by default or on the cluster at ``--address``; the application is deleted at exit.
-docs/serving.md has the protocol, sessions, ``--follow`` and the measured figures.
+The flags, the token and the checkpoint are checked here first, so that a bad one is exit 2
+with one line before Ray starts: among them, a ``--host`` other than loopback with no token
+(``A3C_RAY_SERVE_TOKEN`` or ``--token-file``) unless ``--no-auth`` says so. Then the application
+runs (``runtime.serving``) until Ctrl-C or SIGTERM (exit 0), on an embedded Ray by default or on
+the cluster at ``--address``; the application is deleted at exit. A deployment that fails, at
+start or later, is exit 1. docs/serving.md has the protocol, the token, sessions, ``--follow``
+and the measured figures.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 import os
 import sys
 
-from a3c_ray.errors import EXIT_INTERRUPTED, UsageError
+from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, UsageError, one_line
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,7 +67,42 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="proxy: Serve's HTTP proxy (the default); haproxy: Ray's high-throughput mode "
         "(HAProxy, replicas answering HTTP directly), an embedded Ray only (docs/serving.md)",
     )
-    p.add_argument("--host", default="127.0.0.1", help="address the HTTP proxy listens on")
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=10_000,
+        help="sessions of an LSTM policy kept at once; past it POST /sessions gets 503 (10000)",
+    )
+    p.add_argument(
+        "--max-session-mb",
+        type=float,
+        default=256.0,
+        help="recurrent state all sessions hold together; past it POST /sessions gets 503 (256)",
+    )
+    p.add_argument(
+        "--session-idle-seconds",
+        type=float,
+        default=3600.0,
+        help="a session unused this long is dropped (default 3600)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address the HTTP proxy listens on; other than loopback, it needs a token or "
+        "--no-auth",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="a file holding the bearer token every route but /healthz then needs (default: "
+        "the A3C_RAY_SERVE_TOKEN environment variable, else no token)",
+    )
+    p.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve without a token on a --host other than loopback: anyone who reaches the "
+        "port may call the policy",
+    )
     p.add_argument("--port", type=int, default=8000, help="port of the HTTP proxy (default 8000)")
     p.add_argument(
         "--address", help="Ray cluster to deploy on (default: RAY_ADDRESS, else an embedded Ray)"
@@ -92,6 +130,11 @@ def options_from_args(args: argparse.Namespace) -> dict[str, object]:
         "batch_wait_ms": args.batch_wait_ms,
         "max_body_bytes": int(args.max_body_mb * (1 << 20)),
         "max_observations": args.max_observations,
+        "max_sessions": args.max_sessions,
+        "max_session_bytes": int(args.max_session_mb * (1 << 20)),
+        "session_idle_seconds": args.session_idle_seconds,
+        "token_file": args.token_file,
+        "no_auth": args.no_auth,
     }
 
 
@@ -108,9 +151,20 @@ def run(args: argparse.Namespace) -> int:
             "a3c-ray serve: --ingress haproxy sets up an embedded Ray; on a cluster, start every "
             "node with RAY_SERVE_ENABLE_HA_PROXY=1 RAY_SERVE_THROUGHPUT_OPTIMIZED=1"
         )
-    from a3c_ray.runtime.serve_options import ServeOptions, first_policy
+    from a3c_ray.runtime.serve_ingress import INGRESS_ENV
+    from a3c_ray.runtime.serve_options import (
+        ServeOptions,
+        exposure_problem,
+        first_policy,
+        read_token,
+    )
 
     options = ServeOptions.from_dict(options_from_args(args))
+    token = read_token(options)
+    direct = bool(INGRESS_ENV[args.ingress]) and embedded
+    problem = exposure_problem(args.host, token, options.no_auth, direct)
+    if problem is not None:
+        raise UsageError(f"a3c-ray serve: {problem}")
     policy = first_policy(options)  # exit 2 on a bad checkpoint, before Ray is imported
     from a3c_ray.runtime import serve_run
     from a3c_ray.runtime.session import stop_signals_as_interrupt
@@ -122,6 +176,11 @@ def run(args: argparse.Namespace) -> int:
             )
         except KeyboardInterrupt:  # before the application was up: start() cleaned up
             return EXIT_INTERRUPTED
+        except (UsageError, ValueError):  # bad input found where the application is built
+            raise
+        except Exception as e:  # the deployment failed: its replicas did not start
+            print(f"a3c-ray: the application did not deploy: {one_line(e)}", file=sys.stderr)
+            return EXIT_FAILURE
         try:
             url = f"http://{args.host}:{args.port}"
             print(
@@ -132,13 +191,15 @@ def run(args: argparse.Namespace) -> int:
                         "checkpoint": policy.checkpoint,
                         "env_steps": policy.env_steps,
                         "recurrent": policy.is_recurrent,
+                        "auth": "bearer" if token is not None else "none",
                         **{k: v for k, v in dataclasses.asdict(options).items() if k != "source"},
                     }
                 ),
                 flush=True,
             )
             print(f"a3c-ray: serving at {url}/act; Ctrl-C stops", file=sys.stderr, flush=True)
-            serve_run.wait_until_interrupted()  # Ctrl-C is how serving ends: exit 0
+            # Ctrl-C is how serving ends (exit 0); a failed or deleted application is exit 1.
+            interrupted = serve_run.wait_until_interrupted()
         finally:
             serve_run.stop(started)
-    return 0
+    return 0 if interrupted else EXIT_FAILURE

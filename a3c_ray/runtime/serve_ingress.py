@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 INGRESS_ENV: dict[str, dict[str, str]] = {
     "proxy": {},
@@ -44,3 +44,9 @@ def ingress(name: str) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def direct_ingress(environ: Mapping[str, str]) -> bool:
+    """True when Ray Serve in this environment lets the replicas answer HTTP themselves, on
+    every interface of their node (``haproxy``), whatever ``--host`` says."""
+    return environ.get("RAY_SERVE_ENABLE_HA_PROXY", "0").strip().lower() in ("1", "true")

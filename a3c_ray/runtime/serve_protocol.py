@@ -19,18 +19,22 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from numpy.lib import format as npy_format
 
 NPY_TYPES = ("application/x-npy", "application/octet-stream")
 TRUE, FALSE = ("1", "true", "yes"), ("0", "false", "no")
+MAX_SESSION_ID = 64
 
 
 class RequestError(Exception):
-    """A request refused with ``status`` and a one-line message."""
+    """A request refused with ``status``, a one-line message and any headers the status wants
+    (``WWW-Authenticate`` with 401, ``Retry-After`` with 503)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.message = " ".join(message.split())
+        self.headers = dict(headers or {})
 
 
 @dataclass
@@ -71,7 +75,7 @@ def parse_act(
     if content_type.split(";")[0].strip().lower() in NPY_TYPES:
         obs = _npy(body)
         req = ActRequest(_observations(obs, space, limits, raw=True))
-        req.session = query.get("session") or None
+        req.session = session_id(query.get("session") or None)
         req.greedy = _flag(query.get("greedy", "false"), "greedy")
         if "reset" in query:
             req.reset = _reset(_flag(query["reset"], "reset"), len(req.observations))
@@ -89,6 +93,7 @@ def parse_act(
     session = payload.get("session")
     if session is not None and not isinstance(session, str):
         raise RequestError(400, '"session" must be a string')
+    session = session_id(session)
     greedy = payload.get("greedy", False)
     if not isinstance(greedy, bool):
         raise RequestError(400, '"greedy" must be true or false')
@@ -96,11 +101,23 @@ def parse_act(
     return ActRequest(obs, session, greedy, None if reset is None else _reset(reset, len(obs)))
 
 
+def session_id(sid: str | None) -> str | None:
+    """A session id as a client sends it; one longer than any id ``POST /sessions`` gives is
+    refused here, so that no error message echoes a long string back."""
+    if sid is not None and len(sid) > MAX_SESSION_ID:
+        raise RequestError(
+            400, "a session id is what POST /sessions answered: this one is too long"
+        )
+    return sid
+
+
 def parse_json(body: bytes) -> dict[str, Any]:
     try:
         payload = json.loads(body) if body.strip() else {}
     except (ValueError, UnicodeDecodeError) as e:
         raise RequestError(400, f"the body is not JSON: {e}") from None
+    except RecursionError:  # nested deeper than Python's stack allows
+        raise RequestError(400, "the body is JSON nested too deep") from None
     if not isinstance(payload, dict):
         raise RequestError(400, "the body must be a JSON object")
     return payload
@@ -109,9 +126,11 @@ def parse_json(body: bytes) -> dict[str, Any]:
 def _array(raw: list[Any]) -> np.ndarray:
     try:
         arr = np.asarray(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise RequestError(
-            400, "wrong shape: the observations are ragged (not all of one shape)"
+            400,
+            "wrong shape: the observations are ragged (not all of one shape) or nested deeper "
+            "than an observation",
         ) from None
     if arr.dtype.kind not in "iuf" and arr.size:
         raise RequestError(400, f"wrong dtype: observations must be numbers, got {_kind(arr)}")
@@ -125,13 +144,31 @@ def _kind(arr: np.ndarray) -> str:
 
 
 def _npy(body: bytes) -> np.ndarray:
+    """The array of a ``.npy`` body. Its header is read first, and the data it announces must be
+    the rest of the body: a short body cannot make numpy allocate the shape a header claims."""
+    f = io.BytesIO(body)
     try:
-        arr = np.load(io.BytesIO(body), allow_pickle=False)
+        version = npy_format.read_magic(f)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"unknown .npy version {version}")
+        read_header = {
+            (1, 0): npy_format.read_array_header_1_0,
+            (2, 0): npy_format.read_array_header_2_0,
+        }.get(version, npy_format.read_array_header_2_0)
+        shape, fortran, dtype = read_header(f)
+        if dtype.hasobject:
+            raise ValueError("object arrays are not accepted")
+        count = math.prod(shape)
+        if count * dtype.itemsize != len(body) - f.tell():
+            raise ValueError(
+                f"the header announces {count} items of {dtype}, the body holds "
+                f"{len(body) - f.tell()} bytes of data"
+            )
+        data = np.frombuffer(body, dtype=dtype, count=count, offset=f.tell())
+        arr = data.reshape(shape[::-1]).T if fortran else data.reshape(shape)
     except Exception as e:  # numpy raises ValueError, OSError, EOFError... for a bad file
         raise RequestError(400, f"the body is not a .npy array: {e}") from None
-    if not isinstance(arr, np.ndarray):
-        raise RequestError(400, "the body is not a .npy array")
-    return arr
+    return arr.copy(order="C")  # writable, as torch wants it
 
 
 def _observations(arr: np.ndarray, space: gym.Space[Any], limits: Limits, raw: bool) -> np.ndarray:
@@ -188,6 +225,14 @@ def _reset(value: Any, n: int) -> np.ndarray:
 
 
 def answer(actions: np.ndarray, values: np.ndarray, step: int) -> dict[str, Any]:
-    """One request's answer; NaN (a diverged network) goes out as null, never as invalid JSON."""
-    vals = [v if math.isfinite(v) else None for v in values.tolist()]
-    return {"actions": actions.tolist(), "values": vals, "step": step}
+    """One request's answer. A value or a (Gaussian) action component that is NaN or infinite (a
+    diverged network) goes out as null: the answer is strict JSON whatever the policy computes."""
+    return {"actions": _finite_or_null(actions), "values": _finite_or_null(values), "step": step}
+
+
+def _finite_or_null(arr: np.ndarray) -> list[Any]:
+    if arr.dtype.kind != "f" or np.isfinite(arr).all():
+        return list(arr.tolist())
+    out = arr.astype(object)
+    out[~np.isfinite(arr)] = None
+    return list(out.tolist())

@@ -9,11 +9,14 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from ray import serve
 
 from a3c_ray.config import Config
+from a3c_ray.errors import one_line
 from a3c_ray.runtime import cluster
 from a3c_ray.runtime.serve_options import ServeOptions
 from a3c_ray.runtime.serving import APP_NAME, QUIET, build_app
@@ -42,18 +45,23 @@ def start(
     return started
 
 
-def wait_until_interrupted(name: str = APP_NAME) -> None:
-    """Serve until Ctrl-C (or SIGTERM); an application deleted or failed ends the wait too."""
+def wait_until_interrupted(
+    name: str = APP_NAME,
+    status: Callable[[], Any] = serve.status,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Serve until Ctrl-C (or SIGTERM): True. False when the application failed or was deleted
+    meanwhile (said on stderr in one line): the command then exits non-zero."""
     try:
         while True:
-            time.sleep(1.0)
-            app = serve.status().applications.get(name)
+            sleep(1.0)
+            app = status().applications.get(name)
             if app is None or app.status == "DEPLOY_FAILED":
-                state = "gone" if app is None else f"failed: {app.message}"
+                state = "gone" if app is None else f"failed: {one_line(Exception(app.message))}"
                 print(f"a3c-ray: the application {name} is {state}", file=sys.stderr)
-                return
+                return False
     except KeyboardInterrupt:
-        return
+        return True
 
 
 def stop(started: bool, name: str = APP_NAME) -> None:
