@@ -1,5 +1,6 @@
-"""The docs say what runs: every ``a3c-ray ...`` command line in README.md and docs/*.md parses
-with the real command-line interface, and every link and image path resolves.
+"""The docs say what runs: every ``a3c-ray ...`` command line in README.md, docs/*.md and the
+experiment logs in docs/log/ parses with the real command-line interface, and every link and
+image path resolves.
 
     python docs/tools/check_docs.py        # what `make lint` runs; exit 1 with one line per problem
 
@@ -9,6 +10,8 @@ or ``N`` where a value goes) is left out: it is a form, not a command.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 import sys
@@ -22,7 +25,8 @@ PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|^[A-Z][A-Z0-9_]*(?:=.*)?$")
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    docs = root / "docs"
+    return [root / "README.md", *sorted(docs.glob("*.md")), *sorted(docs.glob("log/*.md"))]
 
 
 def command_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -76,7 +80,8 @@ def parse_problem(argv: list[str]) -> str | None:
 
     command = next((w for w in argv if not w.startswith("-")), None)
     try:
-        build_parser(command).parse_args(argv)
+        with contextlib.redirect_stdout(io.StringIO()):  # --help and --version print
+            build_parser(command).parse_args(argv)
     except UsageError as e:
         return str(e)
     except SystemExit:  # --help and the like print and exit: they parse
