@@ -102,3 +102,54 @@ def test_every_shipped_config_names_the_doc_with_its_results_or_says_untested() 
         assert any(f"{name}.yaml" in (ROOT / d).read_text() for d in docs if (ROOT / d).exists()), (
             f"{name}.yaml: none of {docs} speaks of {name}.yaml"
         )
+
+
+def test_readme_is_short_with_one_results_table_that_has_a_breakout_row() -> None:
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 160
+    headers = [n for n, line in enumerate(lines) if line.startswith("| env | config | metric |")]
+    assert len(headers) == 1, "one results table"
+    columns = [c.strip() for c in lines[headers[0]].strip("|").split("|")]
+    assert columns == [
+        "env", "config", "metric", "agent steps", "hours", "machine", "seeds", "command",
+    ]  # fmt: skip
+    rows = []
+    for line in lines[headers[0] + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    assert all(len(r) == len(columns) for r in rows)
+    envs = [r[0] for r in rows]
+    assert {"CartPole-v1", "PongNoFrameskip-v4", "BreakoutNoFrameskip-v4"} <= set(envs)
+
+
+def test_changelog_names_the_version_and_is_dated_newest_first() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text()
+    project = (ROOT / "pyproject.toml").read_text().split("[project]", 1)[1].split("\n[", 1)[0]
+    (version,) = re.findall(r'^version = "([^"]+)"', project, flags=re.M)
+    headings = re.findall(r"^##+ .*$", text, flags=re.M)
+    assert headings[0].startswith(f"## {version} (")
+    dates = [d for h in headings for d in re.findall(r"\d{4}-\d{2}-\d{2}", h)]
+    assert len(dates) >= 5 and dates == sorted(dates, reverse=True)
+
+
+def test_the_faq_answers_the_first_questions() -> None:
+    text = (ROOT / "docs" / "faq.md").read_text()
+    questions = re.findall(r"^## (.*)$", text, flags=re.M)
+    for words in ("-21", "how long", "gpu", "ray version", "learning nothing"):
+        assert any(words in q.lower() for q in questions), words
+    assert "avx512_bf16" in text and "| CPU |" in text
+
+
+def test_every_experiment_log_is_dated_names_its_configs_and_is_linked() -> None:
+    logs = sorted(p for p in (ROOT / "docs" / "log").glob("*.md") if p.name != "README.md")
+    assert logs
+    index = (ROOT / "docs" / "log" / "README.md").read_text()
+    guides = " ".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    for log in logs:
+        head = log.read_text().splitlines()[:12]
+        assert re.match(r"^# .*\(\d{4}-\d{2}-\d{2}", head[0]), f"{log.name}: no date in its title"
+        assert re.match(r"\d{4}-\d{2}-\d{2}-", log.name), f"{log.name}: not named by its date"
+        assert any(line.startswith("**Config") for line in head), f"{log.name}: no **Config"
+        assert f"]({log.name}" in index, f"{log.name}: not in docs/log/README.md"
+        assert f"log/{log.name}" in guides, f"{log.name}: no guide links it"
