@@ -20,6 +20,7 @@ import dataclasses
 import io
 import json
 import os
+import secrets
 import statistics
 import tempfile
 import time
@@ -276,6 +277,8 @@ def serve_load(
     costs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="a3c-serve-bench-") as tmp:
         checkpoints = {model: bench_checkpoint(model, Path(tmp) / model) for model in models}
+        token_file = Path(tmp) / "token"
+        token_file.write_text(secrets.token_urlsafe(32))
         for model, ckpt in checkpoints.items():
             policy = load_policy(ckpt)
             costs[model] = in_process_costs(policy, *request_body(policy, np.random.default_rng(0)))
@@ -284,6 +287,7 @@ def serve_load(
                 points += measure_ingress(
                     name,
                     checkpoints,
+                    token_file,
                     batch_wait_ms,
                     clients,
                     seconds,
@@ -317,6 +321,7 @@ def serve_load(
 def measure_ingress(
     name: str,
     checkpoints: dict[str, Path],
+    token_file: Path,
     batch_wait_ms: float,
     clients: list[int],
     seconds: float,
@@ -326,7 +331,9 @@ def measure_ingress(
     dashboard_port: int | None,
     costs: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    """The points of one ingress, on a Ray started with its settings (or the cluster's)."""
+    """The points of one ingress, on a Ray started with its settings (or the cluster's). The
+    application is locked with the token in ``token_file``, as one off loopback must be (the
+    haproxy ingress's replicas listen on every interface): the clients send it."""
     from ray import serve
 
     from a3c_ray.runtime import cluster, serve_run, serving
@@ -344,12 +351,14 @@ def measure_ingress(
         for model, ckpt in checkpoints.items():
             policy = load_policy(ckpt)
             body, headers = request_body(policy, np.random.default_rng(0))
+            headers = {**headers, "Authorization": f"Bearer {token_file.read_text().strip()}"}
             for mode, batch in MODES.items():
                 args = {
                     "source": str(ckpt),
                     "max_batch_size": batch,
                     "batch_wait_ms": batch_wait_ms,
                     "replica_cpus": 0,
+                    "token_file": str(token_file),
                 }
                 serve.run(serving.build_app(args), name="bench", route_prefix="/")
                 if mode == "batched":
