@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 EXIT_OK = 0
@@ -44,25 +45,31 @@ def install_hint(extra: str) -> str:
 
 def _install_source(extra: str) -> str:
     root = Path(__file__).resolve().parents[1]
-    if (root / "pyproject.toml").is_file() and (root / "a3c_ray").is_dir():
-        return f"-e '{root}[{extra}]'"  # an editable install, or the code run from its checkout
+    checkout = root if (root / "pyproject.toml").is_file() and (root / "a3c_ray").is_dir() else None
     try:
         from importlib.metadata import PackageNotFoundError, distribution
 
         direct = distribution("a3c-ray").read_text("direct_url.json")
     except (ImportError, PackageNotFoundError):
         direct = None
-    info = json.loads(direct) if direct else {}
-    url = str(info.get("url", ""))
-    if "vcs_info" in info:
-        vcs = info["vcs_info"]
+    return pip_target(extra, checkout, json.loads(direct) if direct else {})
+
+
+def pip_target(extra: str, checkout: Path | None, direct_url: dict[str, Any]) -> str:
+    """What ``pip install`` takes to add ``extra``: the ``checkout`` the code runs from (editable,
+    or run in place), else where pip's ``direct_url.json`` (PEP 610) says this copy came from."""
+    if checkout is not None:
+        return f"-e '{checkout}[{extra}]'"
+    url = str(direct_url.get("url", ""))
+    if "vcs_info" in direct_url:
+        vcs = direct_url["vcs_info"]
         ref = vcs.get("requested_revision") or vcs.get("commit_id")
         return f"'a3c-ray[{extra}] @ {vcs.get('vcs', 'git')}+{url}{'@' + ref if ref else ''}'"
-    if "dir_info" in info and url.startswith("file://"):
+    if "dir_info" in direct_url and url.startswith("file://"):
         path = unquote(url.removeprefix("file://"))
-        editable = "-e " if info["dir_info"].get("editable") else ""
+        editable = "-e " if direct_url["dir_info"].get("editable") else ""
         return f"{editable}'{path}[{extra}]'"
-    if "archive_info" in info and url:
+    if "archive_info" in direct_url and url:
         return f"'a3c-ray[{extra}] @ {url}'"
     return f"'a3c-ray[{extra}]' from where a3c-ray came (its checkout or git URL)"
 

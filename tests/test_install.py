@@ -129,3 +129,43 @@ print(json.dumps({"file": a3c_ray.__file__, "version": a3c_ray.__version__,
         [str(venv / "bin" / "a3c-ray"), "--version"], cwd=elsewhere, capture_output=True, text=True
     )
     assert version.stdout.strip() == f"a3c-ray {pyproject_version()}", version.stderr
+
+
+@pytest.mark.parametrize(
+    "checkout, direct_url, expected",
+    [
+        # run from a checkout, or installed from it with -e
+        (Path("/src/a3c-ray"), {}, "-e '/src/a3c-ray[video]'"),
+        # pip install 'a3c-ray @ git+https://...@main'
+        (
+            None,
+            {
+                "url": "https://example.org/a3c-ray.git",
+                "vcs_info": {"vcs": "git", "commit_id": "0123abc", "requested_revision": "main"},
+            },
+            "'a3c-ray[video] @ git+https://example.org/a3c-ray.git@main'",
+        ),
+        (
+            None,
+            {
+                "url": "https://example.org/a3c-ray.git",
+                "vcs_info": {"vcs": "git", "commit_id": "0123abc"},
+            },
+            "'a3c-ray[video] @ git+https://example.org/a3c-ray.git@0123abc'",
+        ),
+        # pip install /some/dir (not editable), and a wheel or sdist
+        (None, {"url": "file:///opt/a3c%20ray", "dir_info": {}}, "'/opt/a3c ray[video]'"),
+        (
+            None,
+            {"url": "file:///w/a3c_ray-0.2.0-py3-none-any.whl", "archive_info": {}},
+            "'a3c-ray[video] @ file:///w/a3c_ray-0.2.0-py3-none-any.whl'",
+        ),
+        (None, {}, "'a3c-ray[video]' from where a3c-ray came (its checkout or git URL)"),
+    ],
+)
+def test_a_missing_extra_names_the_pip_line_of_the_way_a3c_ray_was_installed(
+    checkout: Path | None, direct_url: dict[str, object], expected: str
+) -> None:
+    from a3c_ray.errors import pip_target
+
+    assert pip_target("video", checkout, direct_url) == expected
