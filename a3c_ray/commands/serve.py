@@ -17,7 +17,14 @@ import json
 import os
 import sys
 
-from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, UsageError, one_line
+from a3c_ray.errors import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    CheckpointError,
+    ConfigError,
+    UsageError,
+    one_line,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -176,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
             )
         except KeyboardInterrupt:  # before the application was up: start() cleaned up
             return EXIT_INTERRUPTED
-        except (UsageError, ValueError):  # bad input found where the application is built
+        except (UsageError, ConfigError, CheckpointError):  # found where the app is built
             raise
         except Exception as e:  # the deployment failed: its replicas did not start
             print(f"a3c-ray: the application did not deploy: {one_line(e)}", file=sys.stderr)

@@ -88,6 +88,12 @@ class PolicyServer:
         token: str | None = None,
     ):
         torch.set_num_threads(1)  # as every actor: the replicas share the CPUs with the proxy
+        # build_app checked this where the application was built; a replica checks it where it
+        # answers HTTP too, since that node's settings (its ingress) may differ.
+        host = await asyncio.to_thread(serve_http_host)
+        problem = exposure_problem(host, token, options.no_auth, direct_ingress(os.environ))
+        if problem is not None:
+            raise ConfigError([problem])
         self.service = PolicyService(
             options,
             first_policy(options),
