@@ -207,17 +207,28 @@ def test_load_policy_reads_a_run_directory_on_s3(s3_bucket: str, tmp_path: Path)
         load_policy(f"s3://{s3_bucket}/runs/none")
 
 
-def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
+def test_the_readme_example_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's "From Python", with training stood in for by a checkpoint already written."""
+    import types
+
+    import a3c_ray
+
     readme = (REPO / "README.md").read_text()
-    section = readme.split("## Use a trained policy", 1)[1]
+    section = readme.split("## From Python", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    assert len(code.strip().splitlines()) <= 6
+    assert len(code.strip().splitlines()) <= 8
     save_checkpoint(tmp_path / "runs" / "cp", "mlp")
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        scope: dict[str, object] = {}
-        exec(compile(code, "README.md", "exec"), scope)
-    finally:
-        os.chdir(cwd)
+    trained: list[dict[str, object]] = []
+
+    def train(**kwargs: object) -> object:
+        trained.append(kwargs)
+        return types.SimpleNamespace(run_dir=str(tmp_path / "runs" / "cp"))
+
+    monkeypatch.setattr(a3c_ray, "train", train, raising=False)
+    scope: dict[str, object] = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert trained == [{"env": "CartPole-v1", "target_return": 450}]
+    assert float(capsys.readouterr().out.strip()) > 0  # the evaluation's mean return
     assert scope["state"] is None and np.asarray(scope["actions"]).shape == (1,)
