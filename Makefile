@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,atari,video,plot,tune,s3,serve,export
 TRAIN_ARGS ?= --env CartPole-v1 --target-return 450
 
-.PHONY: venv train test lint typecheck unit fast bench clean docs learn-pong
+.PHONY: venv train test test-long lint typecheck unit fast bench clean docs learn-pong
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,14 +33,21 @@ typecheck: venv
 	$(BIN)/mypy
 
 unit: venv
-	$(BIN)/pytest -m "not ray" -q
+	$(BIN)/pytest -m "not ray and not long" -q
 
 # Everything that needs neither Ray nor a learning run: under a minute, for the edit-test loop.
 fast: venv
-	$(BIN)/pytest -m "not ray and not slow" -q
+	$(BIN)/pytest -m "not ray and not slow and not long" -q
 
+# What CI runs: every test but the long proofs, each of which keeps a short counterpart here.
 test: lint typecheck
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -m "not long" -q --durations=25
+
+# The long proofs (learning to a target over several seeds, the chaos soak, a whole cluster lost
+# twice, full PBT and ASHA searches): run them before changing learning, recovery, the
+# ParameterServer or the cluster path.
+test-long: venv
+	$(BIN)/pytest -m long -q --durations=0
 
 bench: venv
 	$(BIN)/a3c-ray bench

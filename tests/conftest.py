@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -68,6 +70,7 @@ def ray_session() -> Iterator[None]:
 
     if not ray.is_initialized():
         ray.init(
+            address="local",  # a new Ray, even where a `ray start` cluster runs on this machine
             num_cpus=4,
             include_dashboard=False,
             logging_level="WARNING",
@@ -144,6 +147,44 @@ def train_on_then_stop(run_dir: os.PathLike[str] | str, steps: int = AFTER_RECOV
     wait_for(lambda: progress(run_dir).env_steps >= start + steps, what=f"{steps} env steps more")
     ray.get(named_actor("ParameterServer", run_dir).request_stop.remote("max_steps"))  # type: ignore[attr-defined]
     return start
+
+
+def interruptible() -> None:
+    """In a child, before exec: Ctrl-C's default, which a suite started in the background
+    (``cmd &``, where the shell ignores SIGINT) would otherwise pass on as ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def run_bounded(
+    command: list[str], timeout: float, cleanup: float = 120.0, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(command, capture_output=True, text=True, **kwargs)`` for a command that
+    starts Ray or a cluster of its own. Past ``timeout`` seconds, or when the test is stopped, it
+    gets Ctrl-C, so that it stops what it started, and ``cleanup`` seconds later SIGKILL. Keep
+    ``timeout + cleanup`` below the test's pytest timeout, whose SIGKILL would leave a cluster up."""
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+        **kwargs,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException as e:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=cleanup)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        if not isinstance(e, subprocess.TimeoutExpired):
+            raise
+        pytest.fail(
+            f"{' '.join(command[:5])} ... ran past {timeout:g} s:\n{out[-2000:]}\n{err[-4000:]}"
+        )
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def free_port() -> int:

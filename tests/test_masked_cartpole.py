@@ -60,6 +60,7 @@ def train_in_process(cfg: Config) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_lstm_policy_beats_feed_forward_on_masked_cartpole() -> None:
     """Seeded, no Ray, 320k env steps each. Without velocities a reactive policy plateaus near 47
     (seeds 0-4 ended at 43-48, never above 54 on the way); the LSTM infers the velocities from

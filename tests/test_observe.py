@@ -31,6 +31,7 @@ def ray_with_dashboard() -> Iterator[dict[str, Any]]:
     assert not ray.is_initialized()
     port = free_port()
     ctx = ray.init(
+        address="local",  # a new Ray, even where a `ray start` cluster runs on this machine
         num_cpus=4,
         include_dashboard=True,
         dashboard_port=free_port(),

@@ -118,6 +118,7 @@ def test_resume_skips_a_corrupted_latest_checkpoint(ray_session: None, tmp_path:
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.long
 def test_resumed_run_still_solves_cartpole_within_the_uninterrupted_budget(
     ray_session: None, tmp_path: Path
 ) -> None:

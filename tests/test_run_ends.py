@@ -37,6 +37,7 @@ def ray_session() -> Iterator[None]:
 
     assert not ray.is_initialized()
     ray.init(
+        address="local",  # a new Ray, even where a `ray start` cluster runs on this machine
         num_cpus=4,
         include_dashboard=True,
         dashboard_port=free_port(),
@@ -50,6 +51,9 @@ def ray_session() -> Iterator[None]:
 # What the machine may add to a bound on its own: starting and killing actors, the final
 # checkpoint and the shutdown of Ray, on a busy 2-core machine.
 SLACK = 45.0
+# What it may add between a time limit and the stop decision, which the ParameterServer takes at
+# the next push or the driver's next poll (every quarter second) when its process gets the CPU.
+DECISION_SLACK = 10.0
 
 
 def test_workers_that_cannot_be_placed_do_not_hold_a_run_past_its_time_limit(
@@ -70,7 +74,8 @@ def test_workers_that_cannot_be_placed_do_not_hold_a_run_past_its_time_limit(
         result = train(cfg)
     s = result.summary
     assert s["stopped_because"] == "time_limit", s
-    assert 4 <= s["train_seconds"] < 6, s  # up to the decision, not to the run's end
+    # Up to the decision, not to the run's end (which a grace of 10 minutes would hold).
+    assert 4 <= s["train_seconds"] < 4 + DECISION_SLACK, s
     # The placed Workers stop at their next push; the others are not waited for.
     assert s["stopping_seconds"] < 20, s
     assert sum("never started" in f for f in s["failures"]) == 2, s["failures"]
@@ -99,7 +104,7 @@ def test_a_worker_stuck_in_its_env_is_killed_after_the_grace(
     result = train(cfg)
     s = result.summary
     assert s["stopped_because"] == "time_limit", s
-    assert 5 <= s["train_seconds"] < 7, s
+    assert 5 <= s["train_seconds"] < 5 + DECISION_SLACK, s
     assert 3 <= s["stopping_seconds"] < 3 + 20, s
     assert sum("did not stop within run.stop_grace=3 s" in f for f in s["failures"]) == 2, s
     assert s["env_steps"] > 0 and s["checkpoint"], s
@@ -150,7 +155,8 @@ import json, logging, sys
 import ray
 from a3c_ray.config import Config
 from a3c_ray.runtime.session import train
-ray.init(num_cpus=int(sys.argv[2]), include_dashboard=False, _node_ip_address="127.0.0.1")
+ray.init(address="local", num_cpus=int(sys.argv[2]), include_dashboard=False,
+         _node_ip_address="127.0.0.1")
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 cfg = Config.from_dict(json.loads(sys.argv[1]))
 sys.exit(train(cfg).exit_code)
@@ -215,9 +221,9 @@ def stopping(run_dir: Path) -> bool:
 def test_ctrl_c_ends_the_run_within_the_grace_and_keeps_a_checkpoint_and_summary(
     tmp_path: Path, state: str, sets: dict[str, object], cpus: int, when: object
 ) -> None:
-    # A run that stops at its time limit waits this long for its stuck Workers: Ctrl-C comes
-    # inside that wait however slow the machine is.
-    grace = 30.0 if when is stopping else 5.0
+    # A run that stops at its time limit waits this long for its stuck Workers: Ctrl-C, sent as
+    # soon as the driver logs that it stops, comes inside that wait however slow the machine is.
+    grace = 10.0 if when is stopping else 5.0
     cfg = small_config(
         tmp_path / "run",
         run__max_steps=10**9,
@@ -268,7 +274,12 @@ def test_ctrl_c_ends_the_run_within_the_grace_and_keeps_a_checkpoint_and_summary
     summary = json.loads((run_dir / layout.SUMMARY).read_text())
     expected = "time_limit" if "stopping" in state else "interrupted"
     assert summary["stopped_because"] == expected, summary
-    final = load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)
+    latest = run_dir / layout.CHECKPOINTS / layout.LATEST
+    if when is started and "env_steps" not in summary:
+        # Interrupted before its ParameterServer started: nothing trained, nothing to save.
+        assert not latest.exists(), summary
+        return
+    final = load_checkpoint(latest)
     assert final["env_steps"] == summary["env_steps"], summary
 
 

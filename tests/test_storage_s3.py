@@ -31,6 +31,7 @@ def s3_and_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if ray.is_initialized():
             ray.shutdown()
         ray.init(
+            address="local",  # a new Ray, even where a `ray start` cluster runs on this machine
             num_cpus=4,
             include_dashboard=False,
             logging_level="WARNING",

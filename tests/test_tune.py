@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -304,30 +305,61 @@ def test_a_failed_trial_is_reported_and_the_search_goes_on(
     assert res["best"]["trial"] == by_value[1.0]["trial"]
 
 
+@pytest.fixture
+def seeded_sampling() -> Iterator[None]:
+    """Tune draws a search's samples from numpy's global generator and PBT's perturbations from
+    Python's: both seeded while the test runs, as they were before it afterwards."""
+    import random
+
+    state, py_state = np.random.get_state(), random.getstate()
+    np.random.seed(0)  # the first two draws of choice([a, b]) are a, then b
+    random.seed(0)
+    yield
+    np.random.set_state(state)
+    random.setstate(py_state)
+
+
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("perturbation_steps", "max_steps"),
+    [(2000, 4000), pytest.param(3000, 30000, marks=pytest.mark.long)],
+    ids=["short", "30k"],
+)
 def test_pbt_continues_a_poor_trial_from_a_good_ones_checkpoint(
-    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ray_session: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    seeded_sampling: None,
+    perturbation_steps: int,
+    max_steps: int,
 ) -> None:
-    # lr 1e-4 barely learns in 30k steps, 7e-3 learns: the first trial exploits the second.
+    # lr 1e-4 barely learns in 30k steps, 7e-3 learns: the first trial exploits the second. (The
+    # short search decides once, at 2000 env steps, before either learned much: the poorer of
+    # the two exploits the other.)
     cfg = write_config(
         tmp_path / "s.yaml",
         {
             "space": {"algo.lr": "choice([1e-4, 7e-3])"},
             "num_samples": 2,
             "scheduler": "pbt",
-            "perturbation_steps": 3000,
+            "perturbation_steps": perturbation_steps,
             "quantile_fraction": 0.5,
         },
-        run={"max_steps": 30000},
+        run={"max_steps": max_steps},
     )
     code, res = run_search(tmp_path, capsys, cfg)
     assert code == 0
+    # The two trials started with the two step sizes: the run directories of their first
+    # segments, those that did not go on from a checkpoint.
+    runs = Path(res["trials"][0]["run_dir"]).parent
+    firsts = [d for d in runs.iterdir() if not (d / layout.SEGMENT).is_file()]
+    started = sorted(Config.load(d / layout.CONFIG).algo.lr for d in firsts)
+    assert started == [1e-4, 7e-3], started
     results = Path(res["results"])
     # Tune's log of each exploit: [trial, donor, its iteration, the donor's, old values, new].
     exploits = [json.loads(line) for line in (results / "pbt_global.txt").read_text().splitlines()]
     assert exploits
-    runs = Path(res["trials"][0]["run_dir"]).parent
     segments = [d for d in runs.iterdir() if (d / layout.SEGMENT).is_file()]
     assert segments  # run directories of trials that went on from a checkpoint
     from_other = 0
@@ -353,8 +385,18 @@ def test_pbt_continues_a_poor_trial_from_a_good_ones_checkpoint(
 
 
 @pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("grace_steps", "max_steps"),
+    [(1500, 6000), pytest.param(3000, 15000, marks=pytest.mark.long)],
+    ids=["short", "15k"],
+)
 def test_asha_stops_poor_trials_early(
-    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ray_session: None,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    grace_steps: int,
+    max_steps: int,
 ) -> None:
     cfg = write_config(
         tmp_path / "s.yaml",
@@ -362,16 +404,16 @@ def test_asha_stops_poor_trials_early(
             "space": {"algo.lr": "grid([1e-5, 3e-5, 3e-3, 7e-3])"},
             "num_samples": 1,
             "scheduler": "asha",
-            "grace_steps": 3000,
+            "grace_steps": grace_steps,
             "reduction_factor": 2,
         },
-        run={"max_steps": 15000},
+        run={"max_steps": max_steps},
     )
     code, res = run_search(tmp_path, capsys, cfg)
     assert code == 0 and len(res["trials"]) == 4
     stopped = [t for t in res["trials"] if t["stopped_because"] == "interrupted"]
     assert stopped, res["trials"]  # ended by the scheduler, with a summary and a checkpoint
-    assert all(t["env_steps"] < 15000 for t in stopped)
+    assert all(t["env_steps"] < max_steps for t in stopped)
     assert any(t["stopped_because"] == "max_steps" for t in res["trials"])
 
 
