@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # without pulling a CUDA build. On a GPU machine: make venv TORCH_SPEC="torch==2.14.1"
 TORCH_SPEC ?= torch==2.13.0
 # Every extra but mujoco (a large native package, for the MuJoCo envs alone).
-EXTRAS ?= dev,atari,video,plot,tune,s3,serve,export
+EXTRAS ?= dev,atari,video,plot,tune,s3,serve,export,track
 TRAIN_ARGS ?= --env CartPole-v1 --target-return 450
 
 .PHONY: venv train test test-long lint typecheck unit fast bench clean docs learn-pong
@@ -64,7 +64,7 @@ learn-pong: venv
 	$(if $(PONG_SITTING),timeout -s INT $(PONG_SITTING)) $(BIN)/a3c-ray train \
 	  $(if $(wildcard $(PONG_RUN)/config.yaml),--resume $(PONG_RUN),--config pong --run-dir $(PONG_RUN)) \
 	  $(PONG_ARGS); rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 124 ] || [ $$rc -eq 130 ] || exit $$rc
-	$(BIN)/a3c-ray bench --plot-runs $(PONG_RUN) --levels=-15,0,10,18 --out $(PONG_RUN)
+	$(BIN)/a3c-ray plot $(PONG_RUN) --levels=-15,0,10,18 --out $(PONG_RUN)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -22,6 +22,7 @@ from a3c_ray.config import RunConfig
 
 STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
 STOP_INTERRUPTED, STOP_ERROR = "interrupted", "error"
+STOP_CALLBACK = "callback"  # a callback of ``a3c_ray.train`` asked for it
 
 
 class Coordinator:

@@ -9,11 +9,10 @@ In one run it measures (see ``a3c_ray.bench.throughput``):
    Worker's time in env, forward, backward and waiting on Ray), for each N of ``--scaling``;
 
 and prints the ratio of (3) to (1) x N, and a model of where throughput stops growing with N.
-``--plot-runs`` instead draws the learning curves of finished training runs (``a3c_ray.bench.plot``), and
-``--seeds`` measures learning and keeping it over seeds (``bench_stability``), and ``--ps-scale``
-the ParameterServer alone under synthetic clients (``bench_ps``), and ``--serve`` a served policy
-under HTTP clients (``bench_serve``), and ``--chaos`` a run that loses actors and nodes all the
-time (``bench_chaos``).
+``--seeds`` instead measures learning and keeping it over seeds (``bench_stability``), and
+``--ps-scale`` the ParameterServer alone under synthetic clients (``bench_ps``), and ``--serve`` a
+served policy under HTTP clients (``bench_serve``), and ``--chaos`` a run that loses actors and
+nodes all the time (``bench_chaos``). The learning curves of runs are ``a3c-ray plot``'s.
 """
 
 from __future__ import annotations
@@ -21,18 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from a3c_ray.algo import choices
 from a3c_ray.bench import measure as bench_measure
 from a3c_ray.bench import throughput as bm
 from a3c_ray.bench.report import format_atari, format_profile, format_report
-from a3c_ray.commands import bench_chaos, bench_ps, bench_serve, flags
+from a3c_ray.commands import bench_chaos, bench_ps, bench_serve, flags, plot
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
 from a3c_ray.errors import ConfigError
-from a3c_ray.rundir import layout
 
 
 def _counts(text: str) -> list[int]:
@@ -45,13 +44,6 @@ def _counts(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"expected worker counts >= 1, got '{text}'")
     return counts
-
-
-def _levels(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected returns like 0,10,18, got '{text}'") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -113,23 +105,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=10.0,
         help="with --atari: seconds of the in-process cost measurement; 0 skips it (default 10)",
     )
-    p.add_argument(
-        "--plot-runs",
-        nargs="+",
-        type=Path,
-        metavar="RUN_DIR",
-        help="instead of measuring, plot the learning curves of these training runs",
-    )
-    p.add_argument(
-        "--out", type=Path, default=Path("docs"), help="where --plot-runs writes its PNGs"
-    )
-    p.add_argument(
-        "--levels",
-        type=_levels,
-        metavar="R,R,...",
-        help="with --plot-runs: plot each run against frames and hours with its evaluations, and "
-        "print when it first reached each of these returns (e.g. 0,10,18 for Pong)",
-    )
+    # The command `a3c-ray plot RUN_DIR...` under its earlier name, with its flags.
+    p.add_argument("--plot-runs", nargs="+", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, default=Path("docs"), help=argparse.SUPPRESS)
+    p.add_argument("--levels", type=plot.levels, help=argparse.SUPPRESS)
     bs.add_arguments(p)
     bench_ps.add_arguments(p)
     bench_serve.add_arguments(p)
@@ -175,30 +154,6 @@ def times(args: argparse.Namespace) -> bench_measure.Times:
     )
 
 
-def plot(args: argparse.Namespace) -> int:
-    """``--plot-runs``: learning curves of finished runs; ``--levels``: the runs (seeds of one
-    config) in one chart against frames and hours, with their evaluations, and for each run when
-    it first reached each level."""
-    from a3c_ray.bench import plot as bp
-
-    if not args.levels:
-        for path in bp.plot_runs(args.plot_runs, args.out):
-            print(path)
-        return 0
-    from a3c_ray.envs.make import is_atari
-
-    first = args.plot_runs[0] / layout.CONFIG
-    cfg = Config.load(first) if first.exists() else None
-    fps = bm.frames_per_step(cfg) if cfg is not None and is_atari(cfg.env.id) else 1
-    print(bp.plot_learning(args.plot_runs, args.out, fps))
-    for run_dir in args.plot_runs:
-        rows = bp.milestones(run_dir, args.levels, fps)
-        if len(args.plot_runs) > 1 and not args.json:
-            print(f"{run_dir}:")
-        print(json.dumps(rows) if args.json else bp.format_milestones(rows, fps))
-    return 0
-
-
 def atari(cfg: Config, args: argparse.Namespace) -> int:
     """``--atari``: emulator, env and training frames per second of an Atari config."""
     from a3c_ray.bench.atari import atari_throughput
@@ -217,7 +172,8 @@ def atari(cfg: Config, args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.plot_runs:
-        return plot(args)
+        print("a3c-ray: bench --plot-runs is now: a3c-ray plot RUN_DIR...", file=sys.stderr)
+        return plot.draw(args.plot_runs, args.out, args.levels, args.json)
     if args.stability_of:
         return bs.read_stability(args)
     if args.serve:

@@ -56,6 +56,19 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_track_flag(p: argparse.ArgumentParser) -> None:
+    """``--track mlflow|wandb``: send the run (or each trial) to MLflow or Weights & Biases."""
+    from a3c_ray.runtime.tracking import TRACKERS
+
+    p.add_argument(
+        "--track",
+        choices=TRACKERS,
+        help="also log the run to MLflow (at MLFLOW_TRACKING_URI) or Weights & Biases "
+        "(WANDB_PROJECT, WANDB_MODE=offline works without network): config as params, every "
+        "TensorBoard scalar as a metric, config, summary and best checkpoint as artifacts",
+    )
+
+
 def add_dashboard_port_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dashboard-port",

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from a3c_ray.commands.flags import add_track_flag
 from a3c_ray.config import METRICS, SCHEDULERS, Config
 from a3c_ray.config.space import samplers
 from a3c_ray.configs import resolve as resolve_config
@@ -56,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address", help="Ray cluster to attach to (default: RAY_ADDRESS, else an embedded Ray)"
     )
+    add_track_flag(p)
     p.add_argument("--json", action="store_true", help="print the trials and the best as JSON")
     p.add_argument("--quiet", action="store_true", help="no Tune progress tables while it runs")
 
@@ -139,6 +141,12 @@ def _summary(run_dir: str | None) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     cfg = search_config(args)
     out = out_dir(args)
+    track = None
+    if args.track:
+        from a3c_ray.runtime.tracking import track_spec
+
+        # Each trial a run of one experiment (W&B: one group), named after the search.
+        track = track_spec(args.track, Path(args.config).stem, project=out.name, group=out.name)
     if not (args.address or os.environ.get("RAY_ADDRESS")):
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
@@ -149,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     started = cluster.connect(cfg, args.address, num_cpus=os.cpu_count() or 1)
     try:
         result = search.search(
-            cfg, out, verbose=0 if args.quiet or args.json else 1, fixed_size=started
+            cfg, out, verbose=0 if args.quiet or args.json else 1, fixed_size=started, track=track
         )
     finally:
         if started:

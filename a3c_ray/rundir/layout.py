@@ -6,6 +6,7 @@
       config.yaml              the run's whole config, written before training starts
       summary.json             written when the run ends (RunSummary)
       segment.json             a Tune trial's run that continued another's checkpoint: which one
+      tracking.json            the MLflow or W&B run it logs to (train --track), for a resume
       tb/                      TensorBoard events of the Monitor
       checkpoints/
         ckpt-<env_steps>.pt    the newest monitor.keep_checkpoints of them
@@ -19,6 +20,7 @@ import re
 CONFIG = "config.yaml"
 SUMMARY = "summary.json"
 SEGMENT = "segment.json"
+TRACKING = "tracking.json"
 TENSORBOARD = "tb"
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"

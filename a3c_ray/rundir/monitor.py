@@ -15,7 +15,6 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 import yaml
-from tensorboardX import SummaryWriter
 
 from a3c_ray import metric_names as M
 from a3c_ray.algo.evaluation import run_episodes, summarize
@@ -29,6 +28,7 @@ from a3c_ray.errors import CheckpointError
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager, load_checkpoint
 from a3c_ray.rundir.policy import policy_from_state
+from a3c_ray.rundir.scalars import RecordingWriter
 from a3c_ray.rundir.storage import RunStorage
 
 
@@ -54,7 +54,8 @@ class Monitor:
         self.storage.download_checkpoints()
         self.run_dir = self.storage.local
         self.ps = ps
-        self.writer = SummaryWriter(str(self.run_dir / layout.TENSORBOARD), flush_secs=10)
+        # Its scalars also go to the driver with each report (for MLflow or W&B).
+        self.writer = RecordingWriter(str(self.run_dir / layout.TENSORBOARD), flush_secs=10)
         self.writer.add_text(
             "config", "```\n" + yaml.safe_dump(cfg.to_dict(), sort_keys=False) + "```"
         )
@@ -130,6 +131,7 @@ class Monitor:
             "checkpoint": self.last_checkpoint,
             "eval_failures": self.eval_failures,
             "last_eval_error": self.last_eval_error,
+            "scalars": self.writer.drain(),
         }
 
     def log_training(self, s: WindowStats) -> None:

@@ -41,7 +41,8 @@ class RunSummary(TypedDict, total=False):
     """The newest checkpoint: a path, or a URI for a run directory at a URI."""
     eval_failures: int
     stopped_because: str | None
-    """target, max_steps, time_limit, interrupted or error."""
+    """target, max_steps, time_limit, interrupted, error, or callback (a callback of
+    ``a3c_ray.train`` returned False or raised ``StopTraining``)."""
     worker_restarts: int
     ps_restarts: int
     env_restarts: int
@@ -81,6 +82,62 @@ def progress_part(p: Progress) -> RunSummary:
     out["train_seconds"] = round(p.train_seconds, 3)
     out["mean_return_100"] = p.mean_return_100 if math.isfinite(p.mean_return_100) else None
     return cast(RunSummary, out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """A run's ``summary.json`` as typed fields (``RunSummary``'s keys, each documented there),
+    with the run directory and the best checkpoint: what ``a3c_ray.train`` returns.
+
+    A key the run did not get to write (one that could not start) takes the default here."""
+
+    env_id: str
+    run_dir: str
+    best_checkpoint: str | None = None
+    """The checkpoint of the best evaluation (the ``best`` pointer's), else the newest one."""
+    stopped_because: str | None = None
+    env_steps: int = 0
+    gradient_updates: int = 0
+    train_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    stopping_seconds: float | None = None
+    env_steps_per_second: float | None = None
+    target_return: float | None = None
+    seconds_to_target: float | None = None
+    steps_to_target: int | None = None
+    mean_return_100: float | None = None
+    episodes: int = 0
+    best_eval_return: float | None = None
+    last_eval_return: float | None = None
+    checkpoint: str | None = None
+    eval_failures: int = 0
+    workers: int = 0
+    workers_max: int = 0
+    worker_restarts: int = 0
+    ps_restarts: int = 0
+    env_restarts: int = 0
+    gradients_dropped: int = 0
+    staleness_mean: float = 0.0
+    staleness_max: int = 0
+    version: int = 0
+    resumed_from: str | None = None
+    worker_nodes: list[str] = dataclasses.field(default_factory=list)
+    pushes: int = 0
+    pushes_by_graph: int = 0
+    ps_nodes: list[str] = dataclasses.field(default_factory=list)
+    run_id: str = ""
+    failures: list[str] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def of(cls, summary: RunSummary, best_checkpoint: str | None = None) -> Summary:
+        """The typed form of a summary; keys it does not know (a newer run's) are left out."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {k: v for k, v in summary.items() if k in known and v is not None}
+        return cls(**{"run_dir": "", **values, "best_checkpoint": best_checkpoint})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 def read_summary(run_dir: str | Path) -> RunSummary:

@@ -71,6 +71,8 @@ class Run:
         self.cfg = cfg
         self.on_progress = on_progress
         """Called with every snapshot of the run's counters that ``watch`` reads."""
+        self.on_report: Callable[[dict[str, Any]], None] | None = None
+        """Called with every report of the Monitor taken (its scalars, its evaluations)."""
         if not isinstance(storage, RunStorage):
             storage = RunStorage(storage)
         self.storage = storage
@@ -316,6 +318,8 @@ class Run:
         if error and error != self.monitor_report.get("last_eval_error"):
             log.warning("monitor: evaluation failed: %s", error)
         self.monitor_report = report
+        if self.on_report is not None:
+            self.on_report(report)
 
     def _refresh(self, bar: tqdm, p: Progress) -> None:
         bar.update(min(p.env_steps, bar.total) - bar.n)
@@ -329,6 +333,10 @@ class Run:
             f" | stale {p.staleness_mean:.2f}/{p.staleness_max}{restarts}",
             refresh=False,
         )
+
+    def request_stop(self, reason: str) -> None:
+        """Stop the run for ``reason`` (``stopped_because``): ``watch`` then ends it as any stop."""
+        ray.get(self.ps.request_stop.remote(reason), timeout=CALL_TIMEOUT)
 
     def interrupt(self) -> None:
         """Stop the Workers at their next push, and end them within ``run.stop_grace``."""

@@ -19,7 +19,7 @@ import os
 import shutil
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from a3c_ray.runtime import actors
 from a3c_ray.runtime.driver import Run
 from a3c_ray.runtime.placement import group_bundles
 from a3c_ray.runtime.session import RunSession
+from a3c_ray.runtime.tracking import Tracker, TrackSpec
 
 log = logging.getLogger("a3c_ray")
 EXPERIMENT = "search"  # Tune's experiment folder under OUT
@@ -101,11 +102,17 @@ class A3C(tune.Trainable):
     """One a3c-ray run as a Tune trial; ``step`` trains for ``tune.report_every`` seconds."""
 
     def setup(  # type: ignore[override]  # Tune passes with_parameters' values as keywords
-        self, config: dict[str, Any], base: dict[str, Any], runs_dir: str
+        self,
+        config: dict[str, Any],
+        base: dict[str, Any],
+        runs_dir: str,
+        track: TrackSpec | None = None,
     ) -> None:
         self.values = dict(config)
         self.base = base
         self.runs_dir = runs_dir
+        # One tracked run per trial, whatever segments the trial's run directories make.
+        self.tracker = None if track is None else Tracker(replace(track, run_name=self.trial_id))
         self.run: Run | None = None
         self.restored_from = ""
         self.final_checkpoint: str | None = None
@@ -125,7 +132,7 @@ class A3C(tune.Trainable):
             n += 1
             name = f"{self.trial_id}-{n}"
         self.cfg = trial_config(self.base, self.values, str(Path(self.runs_dir) / name))
-        self.session = RunSession.checked(self.cfg)
+        self.session = RunSession.checked(self.cfg, tracker=self.tracker)
         self.session.prepare()
         self.storage = self.session.storage
         self.run, self.final_checkpoint, self.summary = None, None, {}
@@ -228,6 +235,8 @@ class A3C(tune.Trainable):
     def cleanup(self) -> None:
         with contextlib.suppress(Exception):  # stopped by the search: nothing to report to it
             self._finish(interrupted=True)
+        if hasattr(self, "session"):  # a tracked run that never started is ended too
+            self.session.close()
 
 
 @dataclass
@@ -262,11 +271,16 @@ def scheduler(cfg: Config) -> Any:
 
 
 def search(
-    cfg: Config, out: str | os.PathLike[str], verbose: int = 1, fixed_size: bool = True
+    cfg: Config,
+    out: str | os.PathLike[str],
+    verbose: int = 1,
+    fixed_size: bool = True,
+    track: TrackSpec | None = None,
 ) -> SearchResult:
     """Run the search of ``cfg.tune`` on the Ray this process is connected to; trials write under
     ``out``. Trials that fail are in the result, not raised. On a Ray of ``fixed_size`` (no
-    autoscaler), a trial larger than the whole cluster is refused before anything starts."""
+    autoscaler), a trial larger than the whole cluster is refused before anything starts. With
+    ``track``, each trial is one tracked run (``runtime.tracking``)."""
     space = {name: domain(s) for name, s in samplers(cfg).items()}
     workers = int(cfg.run.workers or 1)
     cfg.run.workers = workers
@@ -285,7 +299,7 @@ def search(
     os.makedirs(runs_dir, exist_ok=True)
     Path(out, SEARCH_CONFIG).write_text(cfg.to_yaml())
     trainable = tune.with_resources(
-        tune.with_parameters(A3C, base=cfg.to_dict(), runs_dir=runs_dir),
+        tune.with_parameters(A3C, base=cfg.to_dict(), runs_dir=runs_dir, track=track),
         PlacementGroupFactory(group_bundles(cfg, workers)),
     )
     t = cfg.tune

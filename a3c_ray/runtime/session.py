@@ -13,26 +13,30 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
 from tqdm import tqdm
 
 from a3c_ray.algo import choices
-from a3c_ray.algo.coordinator import STOP_ERROR, STOP_INTERRUPTED
+from a3c_ray.algo.coordinator import STOP_CALLBACK, STOP_ERROR, STOP_INTERRUPTED
 from a3c_ray.algo.messages import Progress
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
-from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
+from a3c_ray.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, CheckpointError, one_line
 from a3c_ray.rundir import layout
+from a3c_ray.rundir.checkpoint import read_pointer
 from a3c_ray.rundir.prepare import check_run_dir, prepare_run_dir
 from a3c_ray.rundir.storage import RunStorage
 from a3c_ray.rundir.summary import RunSummary, summary_json
+from a3c_ray.runtime.callbacks import Callback, Callbacks, Evaluation, evaluation_of, raised
 from a3c_ray.runtime.cluster import connect
 from a3c_ray.runtime.driver import Run
 from a3c_ray.runtime.placement import default_workers, get_current_placement_group, start_shortfall
+from a3c_ray.runtime.tracking import FAILED, FINISHED, KILLED, Tracker
 
 log = logging.getLogger("a3c_ray")
 
@@ -106,6 +110,10 @@ class RunSession:
     with Ctrl-C and SIGTERM held: the Workers stopped within ``run.stop_grace`` if it was
     interrupted, the final evaluation (skipped when interrupted) and checkpoint, ``summary.json``,
     and the actors killed. ``close`` kills what is left when a run ends by an exception.
+
+    What callers add to that life: ``on_progress`` sees every snapshot of the counters;
+    ``callbacks`` (``runtime.callbacks``) see them with each evaluation and may stop the run;
+    a ``tracker`` (``runtime.tracking``) sends the run to MLflow or W&B from ``prepare`` to ``end``.
     """
 
     def __init__(
@@ -114,14 +122,24 @@ class RunSession:
         storage: RunStorage,
         replace: bool = False,
         on_progress: Callable[[Progress], None] | None = None,
+        tracker: Tracker | None = None,
+        callbacks: Sequence[Callback] = (),
+        resumed: bool = False,
     ):
         self.cfg = cfg
         self.storage = storage
         self.replace = replace
+        self.resumed = resumed
         self.on_progress = on_progress
+        self.tracker = tracker
+        self.callbacks = Callbacks(callbacks)
         self.run: Run | None = None
         self.started_at = time.monotonic()
         self.summary: RunSummary = RunSummary(env_id=cfg.env.id, run_dir=storage.location)
+        self.best_checkpoint: str | None = None
+        """Where the best checkpoint (else the newest) is, once the run has ended."""
+        self._evals = 0
+        self._evaluation: Evaluation | None = None  # in since the callbacks were last called
 
     @classmethod
     def checked(
@@ -131,23 +149,51 @@ class RunSession:
         resume: bool = False,
         existing_ok: bool = False,
         on_progress: Callable[[Progress], None] | None = None,
+        tracker: Tracker | None = None,
+        callbacks: Sequence[Callback] = (),
     ) -> RunSession:
         """A session for ``cfg``'s run directory once it is checked (``check_run_dir``: new, the
         one to resume, or an old one with ``overwrite``); raises ConfigError, writes nothing."""
         storage = check_run_dir(cfg, overwrite, resume, existing_ok)
-        return cls(cfg, storage, overwrite and not resume, on_progress)
+        return cls(cfg, storage, overwrite and not resume, on_progress, tracker, callbacks, resume)
 
     def prepare(self) -> None:
         prepare_run_dir(self.storage, self.replace)
         self.storage.write_text(layout.CONFIG, self.cfg.to_yaml())
+        if self.tracker is not None:
+            self.tracker.open(self.cfg, self.storage, self.resumed)
 
     def start(self) -> Run:
         self.started_at = time.monotonic()
+        watched = self.callbacks or self.on_progress is not None
         with interrupts_held("the run's actors are created"):
-            self.run = Run(self.cfg, self.storage, int(self.cfg.run.workers or 1), self.on_progress)
+            self.run = Run(
+                self.cfg,
+                self.storage,
+                int(self.cfg.run.workers or 1),
+                self._progress if watched else None,
+            )
+            self.run.on_report = self._report
             self.run.create_actors()
         self.run.start()
         return self.run
+
+    def _report(self, report: dict[str, Any]) -> None:
+        """A Monitor report: its scalars to the tracker, its evaluation (if new) for callbacks."""
+        if self.tracker is not None:
+            self.tracker.log(report.get("scalars") or [])
+        evaluation = evaluation_of(report, self._evals)
+        if evaluation is not None:
+            self._evals, self._evaluation = evaluation.number, evaluation
+
+    def _progress(self, p: Progress) -> None:
+        if self.on_progress is not None:
+            self.on_progress(p)
+        if not self.callbacks:
+            return
+        evaluation, self._evaluation = self._evaluation, None
+        if self.callbacks(p, evaluation) and self.run is not None:
+            self.run.request_stop(STOP_ERROR if self.callbacks.error else STOP_CALLBACK)
 
     def end(
         self,
@@ -171,14 +217,42 @@ class RunSession:
                     summary = run.finish(
                         self.started_at, evaluate=not interrupted if evaluate is None else evaluate
                     )
+                    if self._evaluation is not None and run.progress is not None:
+                        self.callbacks.last(run.progress, self._evaluation)
                 if stopped_because is not None:
                     summary["stopped_because"] = stopped_because
+                if self.callbacks.error is not None:
+                    error = f"a callback raised {raised(self.callbacks.error)}"
+                    summary["errors"] = [*summary.get("errors", []), error]
                 self.storage.write_text(layout.SUMMARY, summary_json(summary))
+                best = best_checkpoint(self.storage)
+                self.best_checkpoint = None if best is None else self.storage.where(best)
+                self._finish_tracking(summary, best)
             finally:
                 if run is not None:
                     run.shutdown()
         self.summary = summary
         return summary, bool(held)
+
+    def _finish_tracking(self, summary: RunSummary, best: str | None) -> None:
+        """The run's files to the tracker as artifacts, and the tool's run ended as this one did."""
+        if self.tracker is None or not self.tracker.is_open:
+            return
+        files: dict[str, Path] = {}
+        try:
+            for rel in (layout.CONFIG, layout.SUMMARY, *([best] if best else [])):
+                files[rel] = self.storage.download(rel)
+        except OSError as e:
+            log.warning("a3c-ray: tracking: cannot read the run's files: %s", one_line(e))
+        reason = summary.get("stopped_because")
+        status = (
+            KILLED
+            if reason == STOP_INTERRUPTED
+            else FAILED
+            if reason == STOP_ERROR or summary.get("errors")
+            else FINISHED
+        )
+        self.tracker.finish(files, status)
 
     def close(self) -> None:
         """Kill the actors of a run that did not ``end`` (an exception ended it)."""
@@ -186,6 +260,21 @@ class RunSession:
         if run is not None:
             with interrupts_held("the run's actors are shut down", raise_after=False):
                 run.shutdown()
+        if self.tracker is not None and self.tracker.is_open:
+            self.tracker.finish({}, FAILED, timeout=10.0)
+
+
+def best_checkpoint(storage: RunStorage) -> str | None:
+    """The run's best checkpoint (the ``best`` pointer's), else its newest, relative to the run
+    directory (``checkpoints/ckpt-<steps>.pt``); None when it has none."""
+    for pointer in (layout.BEST, layout.LATEST):
+        rel = f"{layout.CHECKPOINTS}/{pointer}"
+        try:
+            if storage.has(rel):
+                return f"{layout.CHECKPOINTS}/{read_pointer(storage.download(rel)).name}"
+        except (OSError, CheckpointError):
+            continue
+    return None
 
 
 @dataclass
@@ -194,6 +283,10 @@ class RunResult:
     summary: RunSummary
     run_dir: str
     errors: list[str] = field(default_factory=list)
+    best_checkpoint: str | None = None
+    """The best checkpoint (else the newest): a path, or a URI for a run directory at a URI."""
+    callback_error: BaseException | None = None
+    """What a callback raised (other than ``StopTraining``), for the caller to raise again."""
 
 
 def train(
@@ -204,14 +297,20 @@ def train(
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int | None = None,
     existing_ok: bool = False,
+    tracker: Tracker | None = None,
+    callbacks: Sequence[Callback] = (),
 ) -> RunResult:
     """Run one training to its end. Bad input raises ConfigError before anything is written.
 
     ``resume`` continues the run in ``run.run_dir``; ``existing_ok`` lets a new run start in a
-    directory that exists but holds no run yet (``--resume auto``)."""
+    directory that exists but holds no run yet (``--resume auto``). Ctrl-C and SIGTERM end the
+    run (exit code 130) where their handlers can be installed: in the main thread; elsewhere (a
+    notebook's executor, a web app's thread) they are left to the caller."""
     cfg.check(choices.problems, env_problems)
     resolve_policy(cfg)
-    session = RunSession.checked(cfg, overwrite, resume, existing_ok)
+    session = RunSession.checked(
+        cfg, overwrite, resume, existing_ok, tracker=tracker, callbacks=callbacks
+    )
     started = connect(cfg, address, dashboard_host, dashboard_port)
     interrupted = False
     summary = session.summary
@@ -252,4 +351,11 @@ def train(
         code = EXIT_FAILURE
     else:
         code = EXIT_OK
-    return RunResult(code, summary, session.storage.location, errors)
+    return RunResult(
+        code,
+        summary,
+        session.storage.location,
+        errors,
+        session.best_checkpoint,
+        session.callbacks.error,
+    )
