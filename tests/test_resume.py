@@ -24,7 +24,7 @@ from .test_train_ray import read_tags
 @pytest.fixture(scope="module")
 def finished_run(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("resume") / "run"
-    cfg = small_config(run_dir, run__max_steps=12_000, monitor__eval_every=0.5)
+    cfg = small_config(run_dir, run__max_steps=6_000, monitor__eval_every=0.5)
     assert train(cfg).exit_code == 0
     return run_dir
 
@@ -77,16 +77,16 @@ def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run
     last_ckpt = load_checkpoint(finished_run / layout.CHECKPOINTS / layout.LATEST)
     tags_before = read_tags(finished_run / layout.TENSORBOARD)
     assert (
-        main(["train", "--resume", str(finished_run), "--max-steps", "24000", "--no-progress"]) == 0
+        main(["train", "--resume", str(finished_run), "--max-steps", "12000", "--no-progress"]) == 0
     )
     second = summary(finished_run)
-    assert second["stopped_because"] == "max_steps" and second["env_steps"] >= 24_000
+    assert second["stopped_because"] == "max_steps" and second["env_steps"] >= 12_000
     assert second["resumed_from"] == last_ckpt["path"]
     assert (
         second["version"] > first["version"]
         and second["gradient_updates"] > first["gradient_updates"]
     )
-    assert Config.load(finished_run / layout.CONFIG).run.max_steps == 24_000
+    assert Config.load(finished_run / layout.CONFIG).run.max_steps == 12_000
     # TensorBoard curves go on from the checkpoint's step: nothing new is logged before it.
     tags_after = read_tags(finished_run / layout.TENSORBOARD)
     new_evals = [
@@ -103,17 +103,17 @@ def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run
 def test_resume_skips_a_corrupted_latest_checkpoint(ray_session: None, tmp_path: Path) -> None:
     run_dir = tmp_path / "corrupt"
     cfg = small_config(
-        run_dir, run__max_steps=20_000, monitor__eval_every=0.3, monitor__log_every=0.1
+        run_dir, run__max_steps=8_000, monitor__eval_every=0.3, monitor__log_every=0.1
     )
     assert train(cfg).exit_code == 0
     ckpts = list_checkpoints(run_dir / layout.CHECKPOINTS)
     assert len(ckpts) >= 2
     newest, previous = ckpts[-1], ckpts[-2]
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a torn write
-    assert main(["train", "--resume", str(run_dir), "--max-steps", "30000", "--no-progress"]) == 0
+    assert main(["train", "--resume", str(run_dir), "--max-steps", "12000", "--no-progress"]) == 0
     s = summary(run_dir)
     assert s["resumed_from"] == str(previous)
-    assert s["env_steps"] >= 30_000
+    assert s["env_steps"] >= 12_000
 
 
 @pytest.mark.ray
@@ -187,12 +187,12 @@ def test_resume_auto_starts_a_run_then_continues_it_exactly(
     assert first["resumed_from"] is None and first["env_steps"] >= 10_000
     assert first["worker_restarts"] == 1, first
     saved = load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)
-    assert main(auto(run_dir, "--max-steps", "20000")) == 0
+    assert main(auto(run_dir, "--max-steps", "14000")) == 0
     second = summary(run_dir)
     assert second["resumed_from"] and second["resumed_from"].endswith(
         f"ckpt-{saved['env_steps']}.pt"
     )
-    assert second["env_steps"] >= 20_000
+    assert second["env_steps"] >= 14_000
     # Counters, training time and the best evaluation went on from the checkpoint: the Worker
     # restart of the first sitting is still counted, and evaluations take new seeds.
     assert second["gradient_updates"] > saved["gradients_applied"]
@@ -202,7 +202,7 @@ def test_resume_auto_starts_a_run_then_continues_it_exactly(
     assert second["worker_restarts"] == 1, second
     assert second["best_eval_return"] >= first["best_eval_return"]
     assert load_checkpoint(run_dir / layout.CHECKPOINTS / layout.LATEST)["evals"] > saved["evals"]
-    assert Config.load(run_dir / layout.CONFIG).run.max_steps == 20_000
+    assert Config.load(run_dir / layout.CONFIG).run.max_steps == 14_000
 
 
 @pytest.mark.ray
@@ -212,9 +212,9 @@ def test_resume_auto_of_a_run_lost_before_its_first_checkpoint_starts_it_again(
     run_dir = tmp_path / "lost"
     run_dir.mkdir()
     small_config(run_dir).save(run_dir / layout.CONFIG)  # a run that died as it started
-    assert main(auto(run_dir, "--max-steps", "5000")) == 0
+    assert main(auto(run_dir, "--max-steps", "3000")) == 0
     s = summary(run_dir)
-    assert s["resumed_from"] is None and s["env_steps"] >= 5_000
+    assert s["resumed_from"] is None and s["env_steps"] >= 3_000
 
 
 def test_resume_auto_needs_a_run_directory(capsys: pytest.CaptureFixture[str]) -> None:

@@ -145,7 +145,7 @@ def test_status_names_waiting_workers_and_why_and_scale_refuses_more_than_fit(
         with pytest.raises(ConfigError, match=r"without an autoscaler; ask for at most 3$"):
             live.set_workers("waiting", 6, None)
     finally:
-        trainer.join(timeout=600)
+        trainer.join(timeout=300)
     s = ended["result"].summary  # type: ignore[attr-defined]
     assert s["stopped_because"] == "time_limit" and s["workers"] == 5, s
 

@@ -270,7 +270,8 @@ def sigint_ignored() -> None:
 @pytest.mark.parametrize(
     "sig, preexec",
     [
-        (signal.SIGINT, interruptible),
+        # Ctrl-C on a terminal: the handler that the ignored case below installs too (long).
+        pytest.param(signal.SIGINT, interruptible, marks=pytest.mark.long),
         (signal.SIGTERM, interruptible),
         # started in the background of a script: `kill -INT` / `timeout -s INT` still stop it
         (signal.SIGINT, sigint_ignored),
