@@ -466,18 +466,25 @@ def test_resume_with_another_optimizer_exits_2_in_one_line_and_writes_nothing(
 
 
 def test_an_atari_checkpoint_rebuilds_the_frames_it_was_trained_on() -> None:
-    """The screen's size and the max-pool travel in the checkpoint, so eval, serve and export see
+    """The screen's size, the max-pool and the serve travel in the checkpoint, so eval, serve and export see
     42x42 frames where the run trained on them; a checkpoint written before they did is read
     from its [stack, H, W] observations."""
     from a3c_ray.algo.messages import CheckpointMeta
     from a3c_ray.config import Config
 
     cfg = Config.from_dict(
-        {"env": {"id": "PongNoFrameskip-v4", "screen_size": 42, "max_pool": False}}
+        {
+            "env": {
+                "id": "PongNoFrameskip-v4",
+                "screen_size": 42,
+                "max_pool": False,
+                "fire_reset": True,
+            }
+        }
     )
     meta = CheckpointMeta.from_state(CheckpointMeta.of(cfg, (4, 42, 42), 6).to_state())
     env = meta.env_config(stack_from_shape=True)
-    assert (env.screen_size, env.max_pool) == (42, False)
+    assert (env.screen_size, env.max_pool, env.fire_reset) == (42, False, True)
     older = {**meta.to_state(), "env": {"frame_stack": None}}
     env = CheckpointMeta.from_state(older).env_config(stack_from_shape=True)
     assert env.screen_size == 42

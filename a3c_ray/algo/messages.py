@@ -62,6 +62,7 @@ CHECKPOINT_ENV_FIELDS = (
     "frame_stack",
     "screen_size",
     "max_pool",
+    "fire_reset",
     "repeat_action_probability",
     "kwargs",
     "wrappers",
