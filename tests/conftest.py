@@ -81,11 +81,17 @@ def ray_session() -> Iterator[None]:
 
 
 def small_config(tmp_path: os.PathLike[str] | str, **overrides: object) -> Config:
-    """A CartPole config that runs in seconds; ``overrides`` are dotted fields."""
+    """A CartPole config that runs in seconds; ``overrides`` are dotted fields.
+
+    Its actors start without ``run.actor_env`` (malloc settings for hours-long Atari runs): an
+    actor with a runtime_env of its own cannot take one of the worker processes Ray keeps
+    started, and the first one of a Ray waits for its runtime_env to be set up. The shipped
+    default is tested where runs use it (test_observe, the learning tests, the command lines)."""
     cfg = Config()
     cfg.run.run_dir = str(tmp_path)
     cfg.run.progress = False
     cfg.run.workers = 2
+    cfg.run.actor_env = {}
     cfg.env.num_envs = 2
     cfg.monitor.eval_episodes = 2
     for key, value in overrides.items():

@@ -17,6 +17,7 @@ import ray
 
 from a3c_ray import metric_names as M
 from a3c_ray.commands.cli import main
+from a3c_ray.config import RunConfig
 from a3c_ray.rundir import layout
 from a3c_ray.runtime.session import train
 
@@ -91,6 +92,7 @@ def live_run(
         monitor__eval_every=1.0,
         monitor__video_every=2,
         run__restart_backoff=0.1,
+        run__actor_env=RunConfig().actor_env,  # the default, which small_config leaves out
     )
     box: dict[str, Any] = {"run_dir": run_dir}
     t = threading.Thread(target=lambda: box.update(result=train(cfg)), daemon=True)
@@ -135,7 +137,7 @@ def test_every_actor_of_the_run_runs_with_run_actor_env(live_run: dict[str, Any]
     malloc settings by default) in their processes' environment."""
     from ray.util.state import list_actors
 
-    want = {k: str(v) for k, v in small_config(live_run["run_dir"]).run.actor_env.items()}
+    want = {k: str(v) for k, v in RunConfig().actor_env.items()}
     assert want.get("MALLOC_ARENA_MAX") == "2"
     gcs = ray.get_runtime_context().gcs_address
     seen = {}
