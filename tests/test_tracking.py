@@ -392,7 +392,11 @@ def test_tune_track_mlflow_logs_each_trial_as_a_run_of_one_experiment(
                     "target_return": None,
                 },
                 "monitor": {"eval_every": 1.0, "eval_episodes": 2},
-                "tune": {"report_every": 1.0, "space": {"algo.lr": "grid([0.001, 0.005])"}},
+                "tune": {
+                    "report_every": 1.0,
+                    "num_samples": 1,
+                    "space": {"algo.lr": "grid([0.001, 0.005])"},
+                },
             }
         )
     )

@@ -140,6 +140,7 @@ class RunSession:
         """Where the best checkpoint (else the newest) is, once the run has ended."""
         self._evals = 0
         self._evaluation: Evaluation | None = None  # in since the callbacks were last called
+        self._stop: str | None = None  # a stop the callbacks asked for, not yet told the run
 
     @classmethod
     def checked(
@@ -192,8 +193,16 @@ class RunSession:
         if not self.callbacks:
             return
         evaluation, self._evaluation = self._evaluation, None
-        if self.callbacks(p, evaluation) and self.run is not None:
-            self.run.request_stop(STOP_ERROR if self.callbacks.error else STOP_CALLBACK)
+        if self.callbacks(p, evaluation):
+            self._stop = STOP_ERROR if self.callbacks.error else STOP_CALLBACK
+        if self._stop is not None and self.run is not None:
+            # A ParameterServer that is restarting is asked again at the next refresh.
+            try:
+                self.run.request_stop(self._stop)
+            except ray.exceptions.RayError as e:
+                log.warning("a3c-ray: cannot stop the run yet (%s); trying again", one_line(e))
+            else:
+                self._stop = None
 
     def end(
         self,
