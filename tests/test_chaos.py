@@ -25,9 +25,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND = 60.0
-SOAK_TIMEOUT = 420.0
-"""Seconds the command may take (a loaded machine starts each node in 20-60 s); then Ctrl-C,
-and up to 120 s for it to stop its cluster, within the tests' pytest timeout."""
+CLEANUP = 120.0
+"""Seconds a soak past its time gets to stop its cluster after Ctrl-C, within the pytest timeout."""
 
 
 class Soak(NamedTuple):
@@ -43,12 +42,14 @@ class Soak(NamedTuple):
     """Workers killed at least (the last ``quiet_end`` seconds have no fault)."""
     checkpoints: int
     """Checkpoints written at least (one per evaluation, every 5 s)."""
+    timeout: float
+    """Seconds the command may take (a loaded machine starts each node in 20-60 s)."""
 
 
 # The smoke loses its node first, so that the node is back, and its Worker with it, long before
 # the run's end however long the node takes to start.
-SMOKE = Soak(70, 20, 30, 10, 3, 2, worker_kills=2, checkpoints=6)
-SHORT = Soak(150, 40, 60, 30, 50, 10, worker_kills=3, checkpoints=10)
+SMOKE = Soak(70, 20, 30, 10, 3, 2, worker_kills=2, checkpoints=6, timeout=600)
+SHORT = Soak(150, 40, 60, 30, 50, 10, worker_kills=3, checkpoints=10, timeout=900)
 
 
 def soak_goes_on_after_every_kind_of_fault_and_loses_no_checkpoint(soak: Soak, out: Path) -> None:
@@ -61,7 +62,8 @@ def soak_goes_on_after_every_kind_of_fault_and_loses_no_checkpoint(soak: Soak, o
         "--chaos-bound", str(BOUND), "--chaos-dir", str(out), "--json",
     ]  # fmt: skip
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    done = run_bounded(command, SOAK_TIMEOUT, cwd=ROOT, env={**os.environ, "PYTHONPATH": path})
+    env = {**os.environ, "PYTHONPATH": path}
+    done = run_bounded(command, soak.timeout, CLEANUP, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     data = json.loads((out / "chaos.json").read_text())
     figs, record = data["figures"], data["record"]
@@ -98,7 +100,7 @@ def soak_goes_on_after_every_kind_of_fault_and_loses_no_checkpoint(soak: Soak, o
     assert (out / "chaos_memory.png").stat().st_size > 10_000
 
 
-@pytest.mark.timeout(SOAK_TIMEOUT + 180)
+@pytest.mark.timeout(SMOKE.timeout + CLEANUP + 60)
 def test_a_chaos_smoke_goes_on_after_every_kind_of_fault_and_loses_no_checkpoint(
     tmp_path: Path,
 ) -> None:
@@ -106,7 +108,7 @@ def test_a_chaos_smoke_goes_on_after_every_kind_of_fault_and_loses_no_checkpoint
 
 
 @pytest.mark.long
-@pytest.mark.timeout(SOAK_TIMEOUT + 180)
+@pytest.mark.timeout(SHORT.timeout + CLEANUP + 60)
 def test_a_short_chaos_soak_goes_on_after_every_kind_of_fault_and_loses_no_checkpoint(
     tmp_path: Path,
 ) -> None:
