@@ -50,7 +50,7 @@ test-long: venv
 	$(BIN)/pytest -m long -q --durations=0
 
 bench: venv
-	$(BIN)/a3c-ray bench
+	$(BIN)/a3c-ray bench throughput
 
 # Pong with the shipped config, one Worker per CPU: it stops at an evaluation of 18, then draws its
 # learning curve and prints the frames and hours to returns of -15, 0, 10 and 18 (docs/atari.md).

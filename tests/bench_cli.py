@@ -10,7 +10,7 @@ from pathlib import Path
 from a3c_ray.commands import bench
 from a3c_ray.rundir import layout
 
-TINY = ["--workers", "1", "--envs-per-worker", "2", "--seconds", "1.5"]
+TINY = ["throughput", "--workers", "1", "--envs-per-worker", "2", "--seconds", "1.5"]
 TINY += ["--raw-seconds", "0.5", "--ps-seconds", "0.5", "--in-flight", "4"]
 
 

@@ -45,7 +45,17 @@ def test_median_run_is_one_whole_run() -> None:
 
 def test_bad_input_is_reported_all_at_once() -> None:
     args = parse(
-        ["--env", "NoSuchEnv-v0", "--seconds", "0", "--repeat", "0", "--set", "algo.nope=1"]
+        [
+            "throughput",
+            "--env",
+            "NoSuchEnv-v0",
+            "--seconds",
+            "0",
+            "--repeat",
+            "0",
+            "--set",
+            "algo.nope=1",
+        ]
     )
     with pytest.raises(ConfigError) as e:
         bench.config_of(args)
@@ -55,10 +65,10 @@ def test_bad_input_is_reported_all_at_once() -> None:
 
 
 def test_atari_figures_refuse_an_env_that_is_not_atari_before_any_ray() -> None:
-    args = parse(["--atari", "--env", "CartPole-v1"])
-    with pytest.raises(ConfigError, match="--atari: CartPole-v1 is not an Atari env"):
+    args = parse(["atari", "--env", "CartPole-v1"])
+    with pytest.raises(ConfigError, match="bench atari: CartPole-v1 is not an Atari env"):
         bench.atari(bench.config_of(args), args)
-    args = parse(["--atari", "--config", "pong", "--cost-seconds", "-1"])
+    args = parse(["atari", "--config", "pong", "--cost-seconds", "-1"])
     with pytest.raises(ConfigError, match="--cost-seconds: must be >= 0"):
         bench.atari(bench.config_of(args), args)
 
@@ -81,11 +91,11 @@ def test_atari_report_names_each_figure() -> None:
 
 
 def test_scaling_takes_a_list_of_worker_counts() -> None:
-    assert parse(["--scaling", "1,2,4"]).scaling == [1, 2, 4]
+    assert parse(["throughput", "--scaling", "1,2,4"]).scaling == [1, 2, 4]
     p = argparse.ArgumentParser()
     bench.add_arguments(p)
     with pytest.raises(SystemExit):
-        p.parse_args(["--scaling", "0,2"])
+        p.parse_args(["throughput", "--scaling", "0,2"])
 
 
 # -- real runs on Ray ---------------------------------------------------------------------------
@@ -167,3 +177,47 @@ def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:
         line
         == "raw limit, 2 processes at once: 150 env steps/s in all, each 0.75 x one process alone"
     )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "seeds", "2", "--serve"],
+        ["bench", "throughput", "--chaos"],
+        ["bench", "ps", "--seeds", "2"],
+        ["bench", "serve", "seeds"],
+        ["bench"],
+    ],
+)
+def test_one_measurement_per_run_two_at_once_is_a_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from a3c_ray.commands.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "a3c-ray: error:" in err and "Traceback" not in err, err
+
+
+def test_each_measurement_has_only_its_own_flags_and_shows_their_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from a3c_ray.bench.measure import Times
+    from a3c_ray.commands.cli import main
+
+    helps = {}
+    for name in bench.MEASURES:
+        with pytest.raises(SystemExit) as done:
+            main(["bench", name, "--help"])
+        assert done.value.code == 0
+        helps[name] = " ".join(capsys.readouterr().out.split())
+    assert (
+        f"--raw-seconds RAW_SECONDS seconds of the raw limit (default {Times.raw_seconds:g})"
+        in (helps["throughput"])
+    )
+    assert f"(default {Config().env.num_envs})" in helps["throughput"]
+    assert "--raw-seconds" not in helps["profile"] and "--scaling" not in helps["seeds"]
+    assert "--shards" in helps["ps"] and "--shards" not in helps["throughput"]
+    assert "--models" in helps["serve"] and "--config" not in helps["serve"]
+    assert "--worker-every" in helps["chaos"] and "--address" not in helps["chaos"]
+    assert "RUN_DIR" in helps["stability"] and "--workers" not in helps["stability"]

@@ -1,8 +1,9 @@
-"""``a3c-ray bench --plot-runs``: learning curves of finished runs, and the episode clock they
+"""``a3c-ray plot``: learning curves of finished runs, and the episode clock they
 are drawn against."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -10,11 +11,18 @@ import numpy as np
 import pytest
 
 from a3c_ray.bench.plot import episode_seconds, moving_mean
-from a3c_ray.commands import bench
+from a3c_ray.commands import plot
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
 
-from .bench_cli import parse, write_fake_run
+from .bench_cli import write_fake_run
+
+
+def draw(argv: list[str]) -> int:
+    """``a3c-ray plot`` with ``argv``, parsed by its own parser."""
+    p = argparse.ArgumentParser()
+    plot.add_arguments(p)
+    return plot.run(p.parse_args(argv))
 
 
 def test_moving_mean_is_over_the_last_100_episodes() -> None:
@@ -37,7 +45,7 @@ def test_plot_runs_writes_both_figures(tmp_path: Path, capsys: pytest.CaptureFix
     for i, r in enumerate(runs):
         write_fake_run(r, seed=i)
     out = tmp_path / "docs"
-    assert bench.run(parse(["--plot-runs", *map(str, runs), "--out", str(out)])) == 0
+    assert draw([*map(str, runs), "--out", str(out)]) == 0
     printed = capsys.readouterr().out.split()
     names = sorted(p.name for p in out.iterdir())
     assert names == ["cartpole_v1_return_vs_seconds.png", "cartpole_v1_return_vs_steps.png"]
@@ -71,8 +79,8 @@ def test_plot_with_levels_draws_one_run_against_frames_and_hours_with_its_evalua
     run = tmp_path / "pong"
     fake_pong_run(run)
     out = tmp_path / "docs"
-    argv = ["--plot-runs", str(run), "--levels=-15,0,10,18", "--out", str(out), "--json"]
-    assert bench.run(parse(argv)) == 0
+    argv = [str(run), "--levels=-15,0,10,18", "--out", str(out), "--json"]
+    assert draw(argv) == 0
     path, rows = capsys.readouterr().out.splitlines()
     assert Path(path) == out / "pongnoframeskip_v4_learning.png"
     assert Path(path).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -94,8 +102,8 @@ def test_plot_with_levels_draws_several_seeds_in_one_chart_and_a_table_for_each(
     fake_pong_run(runs[0], seed=0)
     fake_pong_run(runs[1], seed=1, slower=2)
     out = tmp_path / "docs"
-    argv = ["--plot-runs", *map(str, runs), "--levels=-15,0", "--out", str(out), "--json"]
-    assert bench.run(parse(argv)) == 0
+    argv = [*map(str, runs), "--levels=-15,0", "--out", str(out), "--json"]
+    assert draw(argv) == 0
     path, *tables = capsys.readouterr().out.splitlines()
     assert [p.name for p in out.iterdir()] == ["pongnoframeskip_v4_learning.png"]
     assert Path(path).stat().st_size > 5000
@@ -108,7 +116,7 @@ def test_plot_with_levels_draws_several_seeds_in_one_chart_and_a_table_for_each(
 
 def test_plot_runs_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not an a3c-ray run directory"):
-        bench.run(parse(["--plot-runs", str(tmp_path), "--out", str(tmp_path / "o")]))
+        draw([str(tmp_path), "--out", str(tmp_path / "o")])
 
 
 def test_episode_seconds_leave_out_the_pause_between_two_sittings_of_a_resumed_run() -> None:

@@ -1,4 +1,4 @@
-"""The ParameterServer alone (``a3c-ray bench --ps-scale``): in process, as actors, and its flags.
+"""The ParameterServer alone (``a3c-ray bench ps``): in process, as actors, and its flags.
 No speed is asserted here."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_ps_scale_measures_every_shard_count_wire_and_load(
 ) -> None:
     # Every transport and shard layout, one wire and one depth: each row starts its own actors
     # (and graphs), so the grid's size is the test's time; other wires and depths parse below.
-    argv = ["--ps-scale", "--shards", "1,2", "--wire", "bfloat16"]
+    argv = ["ps", "--shards", "1,2", "--wire", "bfloat16"]
     argv += ["--pushes-in-flight", "4", "--ps-seconds", "0.3", "--seconds", "1", "--json"]
     assert bench.run(parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)
@@ -67,8 +67,8 @@ def test_ps_scale_measures_every_shard_count_wire_and_load(
 
 def test_ps_scale_refuses_unknown_wire_dtypes_and_zero_counts() -> None:
     with pytest.raises(SystemExit):
-        parse(["--ps-scale", "--wire", "float8"])
+        parse(["ps", "--wire", "float8"])
     with pytest.raises(SystemExit):
-        parse(["--ps-scale", "--shards", "0,2"])
+        parse(["ps", "--shards", "0,2"])
     with pytest.raises(SystemExit):
-        parse(["--ps-scale", "--transport", "grpc"])
+        parse(["ps", "--transport", "grpc"])

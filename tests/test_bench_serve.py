@@ -1,4 +1,4 @@
-"""`a3c-ray bench --serve`: the load clients are bounded in count and time and count what failed;
+"""`a3c-ray bench serve`: the load clients are bounded in count and time and count what failed;
 the report's arithmetic; one short real run. No speed is asserted here."""
 
 from __future__ import annotations
@@ -141,18 +141,18 @@ def test_the_report_shows_every_point_and_where_the_time_goes() -> None:
 
 
 def test_serve_bench_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
-    args = parse(["--serve", "--serve-models", "pong", "--serve-clients", "2,4"])
+    args = parse(["serve", "--models", "pong", "--clients", "2,4"])
     assert args.serve_models == ["pong"] and args.serve_clients == [2, 4]
     assert args.serve_ingress == ["proxy", "haproxy"]
     for bad in (
-        ["--serve-models", "atari"],
-        ["--serve-clients", "0"],
-        ["--serve-ingress", "nginx"],
+        ["--models", "atari"],
+        ["--clients", "0"],
+        ["--ingress", "nginx"],
     ):
-        assert main(["bench", "--serve", *bad]) == 2
+        assert main(["bench", "serve", *bad]) == 2
         assert "expected" in capsys.readouterr().err
-    assert main(["bench", "--serve", "--serve-seconds", "0"]) == 2
-    assert main(["bench", "--serve", "--address", "127.0.0.1:1"]) == 2
+    assert main(["bench", "serve", "--seconds", "0"]) == 2
+    assert main(["bench", "serve", "--address", "127.0.0.1:1"]) == 2
     assert "needs an embedded Ray" in capsys.readouterr().err
 
 
@@ -160,8 +160,8 @@ def test_serve_bench_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> No
 def test_a_short_serve_bench_answers_every_request_batched_and_unbatched(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["bench", "--serve", "--serve-models", "cartpole", "--serve-clients", "4"]
-    argv += ["--serve-ingress", "proxy", "--serve-seconds", "0.5", "--json"]
+    argv = ["bench", "serve", "--models", "cartpole", "--clients", "4"]
+    argv += ["--ingress", "proxy", "--seconds", "0.5", "--json"]
     assert main(argv) == 0
     # The report is the last line: Ray may print its own notes while Serve shuts down.
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

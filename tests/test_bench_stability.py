@@ -1,4 +1,4 @@
-"""``a3c-ray bench --seeds`` and ``--stability-of``: whether each seed learned its target and
+"""``a3c-ray bench seeds`` and ``bench stability``: whether each seed learned its target and
 kept it, on Ray, in process, and from finished runs."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from a3c_ray.rundir import layout
 from .bench_cli import parse, write_fake_run
 
 
-# -- stability (--seeds) ------------------------------------------------------------------------
+# -- stability (bench seeds) ----------------------------------------------------------------------
 def test_seed_result_reads_first_target_lowest_after_it_and_final() -> None:
     from a3c_ray.bench.stability_score import seed_result
 
@@ -86,26 +86,26 @@ def test_stability_summary_counts_and_medians() -> None:
 def test_stability_bad_input_is_reported_all_at_once(tmp_path: Path) -> None:
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "x").write_text("keep me")
-    argv = ["--seeds", "0", "--first-seed", "-1", "--runs-dir", str(tmp_path / "old")]
+    argv = ["seeds", "0", "--first-seed", "-1", "--runs-dir", str(tmp_path / "old")]
     with pytest.raises(ConfigError) as e:
         bench.config_of(parse(argv))
     text = str(e.value)
-    assert "--seeds: must be >= 1" in text and "--first-seed: must be >= 0" in text
+    assert "N: must be >= 1 seeds" in text and "--first-seed: must be >= 0" in text
     assert "is not empty" in text
     assert (tmp_path / "old" / "x").read_text() == "keep me"
     # Blackjack-v1's spec has no reward threshold, and the defaults set no target.
-    with pytest.raises(ConfigError, match="--seeds needs --target-return"):
-        bench.config_of(parse(["--seeds", "2", "--env", "Blackjack-v1"]))
+    with pytest.raises(ConfigError, match="bench seeds needs --target-return"):
+        bench.config_of(parse(["seeds", "2", "--env", "Blackjack-v1"]))
 
 
 def test_stability_target_falls_back_to_the_envs_reward_threshold() -> None:
-    args = parse(["--seeds", "2"])
+    args = parse(["seeds", "2"])
     assert bench_stability.stability_target(Config(), args) == 475.0  # CartPole-v1's spec
     cfg = Config()
     cfg.run.target_return = 450
     assert bench_stability.stability_target(cfg, args) == 450
     assert (
-        bench_stability.stability_target(cfg, parse(["--seeds", "2", "--target-return", "200"]))
+        bench_stability.stability_target(cfg, parse(["seeds", "2", "--target-return", "200"]))
         == 200
     )
 
@@ -118,7 +118,7 @@ def test_bench_seeds_trains_each_seed_without_stopping_at_the_target(
     stop them), each read back from its own TensorBoard episodes."""
     runs = tmp_path / "runs"
     argv = [
-        "--seeds",
+        "seeds",
         "2",
         "--first-seed",
         "5",
@@ -174,21 +174,21 @@ def test_in_process_training_is_deterministic_and_traces_every_window() -> None:
 def test_bench_seeds_in_process_reports_each_seed_with_its_trace(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["--seeds", "2", "--steps", "3000", "--in-process", "--trace-every", "1000",
+    argv = ["seeds", "2", "--steps", "3000", "--in-process", "--trace-every", "1000",
             "--target-return", "15", "--workers", "2", "--envs-per-worker", "4", "--json"]  # fmt: skip
     assert bench.run(parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["settings"]["in_process"] and [x["seed"] for x in r["runs"]] == [0, 1]
     assert all(len(x["trace"]) == 3 and x["steps_to_target"] for x in r["runs"])
     with pytest.raises(ConfigError, match="--trace-every: needs --in-process"):
-        bench.config_of(parse(["--seeds", "2", "--trace-every", "100"]))
+        bench.config_of(parse(["seeds", "2", "--trace-every", "100"]))
 
 
 def test_seeds_take_a_count_or_a_list() -> None:
-    assert parse(["--seeds", "10"]).seeds == 10
-    assert parse(["--seeds", "3,21,23"]).seeds == [3, 21, 23]
+    assert parse(["seeds", "10"]).seeds == 10
+    assert parse(["seeds", "3,21,23"]).seeds == [3, 21, 23]
     with pytest.raises(SystemExit):
-        parse(["--seeds", "three"])
+        parse(["seeds", "three"])
 
 
 def test_stability_of_finished_runs_reads_their_episodes(
@@ -198,7 +198,7 @@ def test_stability_of_finished_runs_reads_their_episodes(
     for i, r in enumerate(runs):
         write_fake_run(r, seed=i)
         (r / layout.SUMMARY).write_text(json.dumps({"env_id": "CartPole-v1", "env_steps": 5000}))
-    argv = ["--stability-of", *map(str, runs), "--target-return", "60", "--floor", "30", "--json"]
+    argv = ["stability", *map(str, runs), "--target-return", "60", "--floor", "30", "--json"]
     assert bench.run(parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)
     # write_fake_run's 100th and last episode completes the first full window: mean 69.5.
@@ -206,4 +206,4 @@ def test_stability_of_finished_runs_reads_their_episodes(
     assert all(x["steps_to_target"] is not None and x["env_steps"] == 5000 for x in r["runs"])
     assert r["summary"]["reached"] == 2 and r["summary"]["floor"] == 30
     with pytest.raises(ConfigError, match="not a finished a3c-ray run"):
-        bench.run(parse(["--stability-of", str(tmp_path / "none"), "--target-return", "1"]))
+        bench.run(parse(["stability", str(tmp_path / "none"), "--target-return", "1"]))

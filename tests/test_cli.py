@@ -231,6 +231,6 @@ def test_the_chaos_soak_talks_token_mode_on_a_machine_that_has_no_token_yet(
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("RAY_AUTH_MODE", "unset by the test")  # restored after the test
     monkeypatch.delenv("RAY_AUTH_MODE")
-    assert main(["bench", "--chaos", "--chaos-seconds", "-5"]) == 2
-    assert "--chaos-seconds: must be > 0" in capsys.readouterr().err
+    assert main(["bench", "chaos", "--seconds", "-5"]) == 2
+    assert "--seconds: must be > 0" in capsys.readouterr().err
     assert os.environ.get("RAY_AUTH_MODE") == "token"

@@ -32,7 +32,7 @@ def test_plot_draws_runs_into_the_out_directory(
     assert all((out / n).read_bytes()[:8] == PNG for n in names)
 
 
-def test_plot_with_levels_prints_when_each_run_reached_them_and_bench_plot_runs_agrees(
+def test_plot_with_levels_prints_when_each_run_reached_them_and_bench_plot_runs_points_to_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = tmp_path / "pong"
@@ -52,10 +52,10 @@ def test_plot_with_levels_prints_when_each_run_reached_them_and_bench_plot_runs_
         str(tmp_path / "b"),
         "--json",
     ]
-    assert main(argv) == 0
+    assert main(argv) == 2
     captured = capsys.readouterr()
-    assert captured.out.splitlines()[1] == rows
-    assert "is now: a3c-ray plot" in captured.err
+    assert not captured.out and not (tmp_path / "b").exists()
+    assert "is now its own command: a3c-ray plot RUN_DIR" in captured.err
 
 
 def test_plot_of_a_directory_that_is_not_a_run_exits_2_in_one_line(

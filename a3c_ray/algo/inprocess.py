@@ -6,7 +6,7 @@ the older weights: with 2 Workers every gradient is 3 versions stale, as in a ru
 Ray. Everything is deterministic given the seed, and a run costs one CPU and no cluster. What it
 does not have is Ray's timing: Workers never race, so staleness never varies.
 
-``a3c-ray bench --seeds N --in-process`` uses it; ``trace_every`` records, every that many env
+``a3c-ray bench seeds N --in-process`` uses it; ``trace_every`` records, every that many env
 steps, what the ParameterServer saw since the last record (entropy, value loss, gradient and step
 norms, staleness, short episodes), the quantities to read at a collapse.
 """

@@ -1,7 +1,7 @@
 """The chaos soak: a run trained for a fixed time on a local multi-node cluster while faults arrive
 all the time, and what the run does about each of them.
 
-``a3c-ray bench --chaos`` (``commands/bench_chaos.py``) drives it. It starts a cluster of
+``a3c-ray bench chaos`` (``commands/bench_chaos.py``) drives it. It starts a cluster of
 ``cluster/local.sh`` (a head for the ParameterServer and the Monitor, one-CPU worker nodes for the
 Workers), submits ``a3c-ray train --resume auto`` as a Ray job through the Jobs SDK, attaches to
 the cluster, and on a fixed schedule, counted from the run's first env steps:

@@ -133,7 +133,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path) -> list[Path]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError([f"--plot-runs needs matplotlib: {install_hint('plot')}"]) from None
+        raise ConfigError([f"a3c-ray plot needs matplotlib: {install_hint('plot')}"]) from None
     curves = [load_curve(Path(d)) for d in run_dirs]
     env = _env_name(Path(run_dirs[0]))
     target = _target(Path(run_dirs[0]))
@@ -240,7 +240,7 @@ def plot_learning(run_dirs: list[Path], out_dir: Path, frames_per_step: int) -> 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError([f"--plot-runs needs matplotlib: {install_hint('plot')}"]) from None
+        raise ConfigError([f"a3c-ray plot needs matplotlib: {install_hint('plot')}"]) from None
     runs = [(Path(d), load_curve(Path(d)), load_evals(Path(d))) for d in run_dirs]
     env = _env_name(runs[0][0])
     fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.0), dpi=100, sharey=True)

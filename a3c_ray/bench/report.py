@@ -97,7 +97,7 @@ def _num(x: float | None, fmt: str) -> str:
 
 
 def format_seed_row(r: dict[str, Any]) -> str:
-    """One seed of ``--seeds``, a row of the stability table."""
+    """One seed of ``bench seeds``, a row of the stability table."""
     steps = "-" if r["steps_to_target"] is None else f"{r['steps_to_target'] / 1e3:.0f}k"
     return (
         f"| {r['seed']} | {steps} | {_num(r['seconds_to_target'], '.1f')} "
@@ -114,7 +114,7 @@ STABILITY_HEADER = (
 
 
 def format_stability(report: dict[str, Any]) -> str:
-    """The report of ``--seeds``: a row per seed, the counts and the medians."""
+    """The report of ``bench seeds``: a row per seed, the counts and the medians."""
     s, st = report["summary"], report["settings"]
     rows = [format_seed_row(r) for r in report["runs"]]
     where = "in one process" if st.get("in_process") else "on Ray"
@@ -155,7 +155,7 @@ PROFILE_PARTS = (
 
 
 def format_profile(r: dict[str, Any]) -> str:
-    """``a3c-ray bench --profile`` as a Markdown table: microseconds per agent step per Worker."""
+    """``a3c-ray bench profile`` as a Markdown table: microseconds per agent step per Worker."""
     s, m = r["settings"], r["machine"]
     lines = [
         f"{s['env']}: {s['workers']} Workers x {s['envs_per_worker']} envs, t_max {s['t_max']}, "
@@ -190,7 +190,7 @@ def format_profile(r: dict[str, Any]) -> str:
 
 
 def format_atari(r: dict[str, Any]) -> str:
-    """``--atari``: the emulator, the preprocessed env and training, in frames per second."""
+    """``bench atari``: the emulator, the preprocessed env and training, in frames per second."""
     lines = [
         f"{r['env_id']}: {r['workers']} Workers of {r['num_envs']} envs"
         f"{' (LSTM)' if r['lstm'] else ''}, {r['train_seconds']:.0f} s of training",

@@ -1,4 +1,4 @@
-"""The serving load test of ``a3c-ray bench --serve``: the Serve application of ``a3c-ray serve``
+"""The serving load test of ``a3c-ray bench serve``: the Serve application of ``a3c-ray serve``
 under real HTTP clients on loopback, and where each request's time goes.
 
 For each model (an untrained network of a shipped config: what a request costs does not depend on

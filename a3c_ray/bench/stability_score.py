@@ -1,4 +1,4 @@
-"""How a finished run is scored for ``a3c-ray bench --seeds``: the steps and seconds to first reach
+"""How a finished run is scored for ``a3c-ray bench seeds``: the steps and seconds to first reach
 the target, the final mean of the last 100 training episodes, the lowest mean after the target,
 and whether the seed held and kept what it learned; and the counts and medians over seeds."""
 

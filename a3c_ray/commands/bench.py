@@ -1,18 +1,20 @@
-"""``a3c-ray bench``: how fast a3c-ray trains on this machine, against this machine's own limit.
+"""``a3c-ray bench MEASURE``: one measurement per run, each with its own flags.
 
-In one run it measures (see ``a3c_ray.bench.throughput``):
+- ``throughput``: how fast a3c-ray trains on this machine, against this machine's own limit
+  (``a3c_ray.bench.measure``): the raw limit (one process stepping K vector envs with the same
+  policy's batched forward pass and action sampling, no learning, per core), the
+  ParameterServer's gradient applications per second (in process and as a Ray actor), and
+  training with N Workers for each N of ``--scaling``; the ratio of training to the raw limit x N,
+  and a model of where throughput stops growing with N.
+- ``profile``: where each Worker's time goes per agent step.
+- ``atari``: an Atari config's emulator, env and training frames per second.
+- ``ps``: the ParameterServer alone under synthetic clients (``bench_ps``).
+- ``serve``: a served policy under HTTP clients (``bench_serve``).
+- ``seeds``: whether a config learns and keeps it over seeds; ``stability``: the same table of
+  finished runs (``bench_stability``).
+- ``chaos``: a run that loses actors and nodes all the time (``bench_chaos``).
 
-1. the raw limit: one process stepping K vector envs with the same policy's batched forward pass
-   and action sampling, no learning, per core;
-2. the ParameterServer's gradient applications per second, in process and as a Ray actor;
-3. a3c-ray's training throughput with N Workers (env steps/s, updates/s, staleness, and each
-   Worker's time in env, forward, backward and waiting on Ray), for each N of ``--scaling``;
-
-and prints the ratio of (3) to (1) x N, and a model of where throughput stops growing with N.
-``--seeds`` instead measures learning and keeping it over seeds (``bench_stability``), and
-``--ps-scale`` the ParameterServer alone under synthetic clients (``bench_ps``), and ``--serve`` a
-served policy under HTTP clients (``bench_serve``), and ``--chaos`` a run that loses actors and
-nodes all the time (``bench_chaos``). The learning curves of runs are ``a3c-ray plot``'s.
+The learning curves of runs are ``a3c-ray plot``'s.
 """
 
 from __future__ import annotations
@@ -20,18 +22,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-from pathlib import Path
+from collections.abc import Callable
 
 from a3c_ray.algo import choices
 from a3c_ray.bench import measure as bench_measure
 from a3c_ray.bench import throughput as bm
 from a3c_ray.bench.report import format_atari, format_profile, format_report
-from a3c_ray.commands import bench_chaos, bench_ps, bench_serve, flags, plot
+from a3c_ray.commands import bench_chaos, bench_ps, bench_serve, flags
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
 from a3c_ray.errors import ConfigError
+
+T = bench_measure.Times
 
 
 def _counts(text: str) -> list[int]:
@@ -46,73 +49,192 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_config(p: argparse.ArgumentParser) -> None:
+    """The config under test: the field flags a measurement reads, ``--config`` and ``--set``."""
     flags.add_field_flags(p, ("--env", "--workers", "--envs-per-worker", "--t-max"))
     flags.add_config_flags(p)
+
+
+def add_ray(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", help="Ray cluster to attach to (default: an embedded Ray)")
+    flags.add_dashboard_port_flag(p)
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+
+def add_seconds(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=T.seconds,
+        help=f"training seconds measured per run, after {bm.WARMUP_SECONDS:g} s of warm-up",
+    )
+
+
+def add_ps_seconds(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ps-seconds",
+        type=float,
+        default=T.ps_seconds,
+        help="seconds of each ParameterServer measurement",
+    )
+
+
+def add_repeat(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=T.repeat,
+        help="run every measurement this many times and report medians",
+    )
+
+
+def add_throughput(p: argparse.ArgumentParser) -> None:
+    add_config(p)
     p.add_argument(
         "--scaling",
         type=_counts,
         metavar="N,N,...",
         help="also measure training with each of these numbers of Workers, e.g. 1,2,4",
     )
+    add_seconds(p)
     p.add_argument(
-        "--seconds",
-        type=float,
-        default=10.0,
-        help=f"training seconds measured per run, after {bm.WARMUP_SECONDS:g} s of warm-up (default 10)",
+        "--raw-seconds", type=float, default=T.raw_seconds, help="seconds of the raw limit"
     )
-    p.add_argument(
-        "--raw-seconds", type=float, default=3.0, help="seconds of the raw limit (default 3)"
-    )
-    p.add_argument(
-        "--ps-seconds",
-        type=float,
-        default=2.0,
-        help="seconds of each ParameterServer measurement (default 2)",
-    )
+    add_ps_seconds(p)
     p.add_argument(
         "--in-flight",
         type=int,
-        default=8,
-        help="pushes kept in flight to the ParameterServer actor (default 8)",
+        default=T.in_flight,
+        help="pushes kept in flight to the ParameterServer actor",
     )
-    p.add_argument(
-        "--repeat",
-        type=int,
-        default=1,
-        help="run every measurement this many times and report medians (default 1)",
-    )
-    p.add_argument("--address", help="Ray cluster to attach to (default: an embedded Ray)")
-    flags.add_dashboard_port_flag(p)
-    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    p.add_argument(
-        "--profile",
-        action="store_true",
-        help="instead of the throughput report: where each Worker's time goes per agent step "
-        "(emulator, preprocessing, forward, backward, push, pull, waiting), with the "
-        "ParameterServer's and the network's costs, over --seconds of training",
-    )
-    p.add_argument(
-        "--atari",
-        action="store_true",
-        help="instead of the throughput report: the raw emulator's and the preprocessed env's "
-        "frames per CPU second, --seconds of training in frames/s, and (with --cost-seconds) "
-        "the CPU a Worker spends per agent step and the ParameterServer per gradient",
-    )
+    add_repeat(p)
+    add_ray(p)
+    add_json(p)
+
+
+def add_profile(p: argparse.ArgumentParser) -> None:
+    add_config(p)
+    add_seconds(p)
+    add_ps_seconds(p)
+    add_repeat(p)
+    add_ray(p)
+    add_json(p)
+
+
+def add_atari(p: argparse.ArgumentParser) -> None:
+    add_config(p)
+    add_seconds(p)
     p.add_argument(
         "--cost-seconds",
         type=float,
         default=10.0,
-        help="with --atari: seconds of the in-process cost measurement; 0 skips it (default 10)",
+        help="seconds of the in-process cost measurement; 0 skips it",
     )
-    # The command `a3c-ray plot RUN_DIR...` under its earlier name, with its flags.
-    p.add_argument("--plot-runs", nargs="+", type=Path, help=argparse.SUPPRESS)
-    p.add_argument("--out", type=Path, default=Path("docs"), help=argparse.SUPPRESS)
-    p.add_argument("--levels", type=plot.levels, help=argparse.SUPPRESS)
-    bs.add_arguments(p)
+    add_ray(p)
+    add_json(p)
+
+
+def add_ps(p: argparse.ArgumentParser) -> None:
+    add_config(p)
     bench_ps.add_arguments(p)
+    add_seconds(p)
+    add_ps_seconds(p)
+    add_repeat(p)
+    add_ray(p)
+    add_json(p)
+
+
+def add_serve(p: argparse.ArgumentParser) -> None:
     bench_serve.add_arguments(p)
+    add_repeat(p)
+    add_ray(p)
+    add_json(p)
+
+
+def add_seeds(p: argparse.ArgumentParser) -> None:
+    add_config(p)
+    bs.add_arguments(p)
+    add_ray(p)
+    add_json(p)
+
+
+def add_stability(p: argparse.ArgumentParser) -> None:
+    bs.add_stability_arguments(p)
+    add_json(p)
+
+
+def add_chaos(p: argparse.ArgumentParser) -> None:
+    add_config(p)
     bench_chaos.add_arguments(p)
+    bs.add_judge_arguments(p)
+    add_json(p)
+
+
+MEASURES: dict[str, tuple[Callable[[argparse.ArgumentParser], None], str]] = {
+    "throughput": (
+        add_throughput,
+        "training throughput against this machine's own limit: the raw limit, the "
+        "ParameterServer and training with N Workers",
+    ),
+    "profile": (
+        add_profile,
+        "where each Worker's time goes per agent step (emulator, preprocessing, forward, "
+        "backward, push, pull, waiting), with the ParameterServer's and the network's costs",
+    ),
+    "atari": (
+        add_atari,
+        "an Atari config's raw emulator and preprocessed env frames per CPU second, training in "
+        "frames/s, and the CPU a Worker spends per agent step and the ParameterServer per gradient",
+    ),
+    "ps": (
+        add_ps,
+        "the ParameterServer alone: synthetic clients push prepared gradients for each number of "
+        "shards, wire dtype, transport and load",
+    ),
+    "serve": (
+        add_serve,
+        "a3c-ray serve's application under HTTP clients on loopback: batched against unbatched",
+    ),
+    "seeds": (
+        add_seeds,
+        "train seeds in turn, no target, and report whether each one reached the target and "
+        "kept it",
+    ),
+    "stability": (
+        add_stability,
+        "the seeds table of runs that have already finished (e.g. Ray jobs)",
+    ),
+    "chaos": (
+        add_chaos,
+        "train on a local cluster of cluster/local.sh while Workers, the ParameterServer and the "
+        "Monitor are killed and a worker node is lost, on a schedule: recoveries, checkpoints, "
+        "learning, memory",
+    ),
+}
+"""Measurement -> (its flags, its help)."""
+
+
+class _Moved(argparse.Action):
+    """A flag that became a command of its own: a usage error that names it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object, **__: object) -> None:
+        parser.error("--plot-runs is now its own command: a3c-ray plot RUN_DIR... [--out DIR]")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plot-runs", nargs="*", action=_Moved, help=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="measure", required=True, metavar="MEASURE")
+    for name, (add, help_) in MEASURES.items():
+        m = sub.add_parser(
+            name,
+            help=help_.split(":")[0],
+            description=help_[0].upper() + help_[1:] + ".",
+            formatter_class=flags.HelpFormatter,
+        )
+        add(m)
 
 
 def config_of(args: argparse.Namespace) -> Config:
@@ -124,16 +246,16 @@ def config_of(args: argparse.Namespace) -> Config:
     problems = flags.apply_field_flags(cfg, args)
     cfg.run.workers = cfg.run.workers or os.cpu_count() or 1
     for name in ("seconds", "raw_seconds", "ps_seconds"):
-        if not getattr(args, name) > 0:
+        if hasattr(args, name) and not getattr(args, name) > 0:
             problems.append(f"--{name.replace('_', '-')}: must be > 0 seconds")
-    if args.steps is not None:
+    if getattr(args, "steps", None) is not None:
         cfg.set("run.max_steps", args.steps)
-    if args.time_limit is not None:
+    if getattr(args, "time_limit", None) is not None:
         cfg.set("run.time_limit", args.time_limit)
-    if args.seeds is not None:
+    if args.measure == "seeds":
         problems += bs.problems(cfg, args)
     for name in ("repeat", "in_flight", "clients"):
-        if getattr(args, name) < 1:
+        if hasattr(args, name) and getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')}: must be >= 1")
     problems += cfg.validate(choices.problems, env_problems)
     if problems:
@@ -143,24 +265,22 @@ def config_of(args: argparse.Namespace) -> Config:
 
 
 def times(args: argparse.Namespace) -> bench_measure.Times:
-    return bench_measure.Times(
-        seconds=args.seconds,
-        raw_seconds=args.raw_seconds,
-        ps_seconds=args.ps_seconds,
-        in_flight=args.in_flight,
-        repeat=args.repeat,
-        address=args.address,
-        dashboard_port=args.dashboard_port,
-    )
+    """The flags of ``bench_measure.Times`` that this measurement has; its defaults elsewhere."""
+    given = {
+        name: getattr(args, name)
+        for name in ("seconds", "raw_seconds", "ps_seconds", "in_flight", "repeat")
+        if hasattr(args, name)
+    }
+    return bench_measure.Times(**given, address=args.address, dashboard_port=args.dashboard_port)
 
 
 def atari(cfg: Config, args: argparse.Namespace) -> int:
-    """``--atari``: emulator, env and training frames per second of an Atari config."""
+    """``bench atari``: emulator, env and training frames per second of an Atari config."""
     from a3c_ray.bench.atari import atari_throughput
     from a3c_ray.envs.make import is_atari
 
     if not is_atari(cfg.env.id):
-        raise ConfigError([f"--atari: {cfg.env.id} is not an Atari env (give --config pong)"])
+        raise ConfigError([f"bench atari: {cfg.env.id} is not an Atari env (give --config pong)"])
     if args.cost_seconds < 0:
         raise ConfigError(["--cost-seconds: must be >= 0"])
     report = atari_throughput(
@@ -170,28 +290,30 @@ def atari(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.plot_runs:
-        print("a3c-ray: bench --plot-runs is now: a3c-ray plot RUN_DIR...", file=sys.stderr)
-        return plot.draw(args.plot_runs, args.out, args.levels, args.json)
-    if args.stability_of:
-        return bs.read_stability(args)
-    if args.serve:
-        return bench_serve.run(args)
-    cfg = config_of(args)
-    if args.chaos:
-        return bench_chaos.run(cfg, args)
-    if args.seeds is not None:
-        return bs.run_stability(cfg, args)
-    if args.ps_scale:
-        return bench_ps.run_ps_scale(cfg, args)
-    if args.atari:
-        return atari(cfg, args)
-    if args.profile:
-        report = bench_measure.profile(cfg, times(args))
-        print(json.dumps(report) if args.json else format_profile(report))
-        return 0
+def profile(cfg: Config, args: argparse.Namespace) -> int:
+    report = bench_measure.profile(cfg, times(args))
+    print(json.dumps(report) if args.json else format_profile(report))
+    return 0
+
+
+def throughput(cfg: Config, args: argparse.Namespace) -> int:
     counts = sorted({*(args.scaling or []), cfg.run.workers})
     report = bench_measure.measure(cfg, counts, times(args))
     print(json.dumps(report) if args.json else format_report(report))
     return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.measure == "stability":
+        return bs.read_stability(args)
+    if args.measure == "serve":
+        return bench_serve.run(args)
+    measure_of_config: dict[str, Callable[[Config, argparse.Namespace], int]] = {
+        "throughput": throughput,
+        "profile": profile,
+        "atari": atari,
+        "ps": bench_ps.run_ps_scale,
+        "seeds": bs.run_stability,
+        "chaos": bench_chaos.run,
+    }
+    return measure_of_config[args.measure](config_of(args), args)

@@ -1,9 +1,9 @@
-"""``a3c-ray bench --chaos``: the chaos soak (``a3c_ray.bench.chaos``), its flags, its files and its table.
+"""``a3c-ray bench chaos``: the chaos soak (``a3c_ray.bench.chaos``), its flags, its files and its table.
 
 It trains the config under test as a Ray job on a cluster of ``cluster/local.sh`` that it starts
-and stops itself, for ``--chaos-seconds`` of training, while it kills Workers, the
+and stops itself, for ``--seconds`` of training, while it kills Workers, the
 ParameterServer and the Monitor and loses a worker node on a schedule. It writes, into
-``--chaos-dir``: the run directory (``run/``), the whole record and its figures
+``--dir``: the run directory (``run/``), the whole record and its figures
 (``chaos.json``) and each actor's memory over time (``chaos_memory.png``); and prints the table
 that docs/reliability.md holds. With every fault interval at 0 it is a memory soak alone.
 """
@@ -27,81 +27,85 @@ NEVER_STEPS = 10**12
 """The soak's step budget: its time limit is what ends it."""
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group(
-        "chaos soak (--chaos): train on a local cluster of cluster/local.sh while Workers, the "
-        "ParameterServer and the Monitor are killed and a worker node is lost, on a schedule in "
-        "seconds of training (0: never); --config, --set, --workers choose what is trained, "
-        "--target-return and --floor judge its learning"
+def add_arguments(g: argparse.ArgumentParser) -> None:
+    """The soak's flags, in seconds of training (0: never); each lands in ``args`` as
+    ``chaos_<name>``. ``--config``, ``--set``, ``--workers`` choose what is trained,
+    ``--target-return`` and ``--floor`` judge its learning."""
+    g.add_argument(
+        "--seconds", dest="chaos_seconds", type=float, default=600.0, help="seconds of training"
     )
     g.add_argument(
-        "--chaos",
-        action="store_true",
-        help="instead of throughput, the chaos soak: recoveries, checkpoints, learning, memory",
-    )
-    g.add_argument(
-        "--chaos-seconds", type=float, default=600.0, help="seconds of training (default 600)"
-    )
-    g.add_argument(
-        "--chaos-worker-every",
+        "--worker-every",
+        dest="chaos_worker_every",
         type=float,
         default=30.0,
         metavar="S",
-        help="kill a random Worker every S seconds (default 30)",
+        help="kill a random Worker every S seconds",
     )
     g.add_argument(
-        "--chaos-ps-every",
+        "--ps-every",
+        dest="chaos_ps_every",
         type=float,
         default=300.0,
         metavar="S",
-        help="kill the ParameterServer (a random shard of several) every S seconds (default 300)",
+        help="kill the ParameterServer (a random shard of several) every S seconds",
     )
     g.add_argument(
-        "--chaos-monitor-at",
+        "--monitor-at",
+        dest="chaos_monitor_at",
         type=float,
         metavar="S",
-        help="kill the Monitor once, at S seconds (default: a third of --chaos-seconds)",
+        help="kill the Monitor once, at S seconds (default: a third of --seconds)",
     )
     g.add_argument(
-        "--chaos-node-at",
+        "--node-at",
+        dest="chaos_node_at",
         type=float,
         metavar="S",
-        help="lose a worker node that hosts a Worker at S seconds (default: half of "
-        "--chaos-seconds)",
+        help="lose a worker node that hosts a Worker at S seconds (default: half of --seconds)",
     )
     g.add_argument(
-        "--chaos-node-down",
+        "--node-down",
+        dest="chaos_node_down",
         type=float,
         default=30.0,
         metavar="S",
-        help="seconds before the lost node is added back (default 30)",
+        help="seconds before the lost node is added back",
     )
     g.add_argument(
-        "--chaos-nodes", type=int, default=2, help="one-CPU worker nodes of the cluster (default 2)"
+        "--nodes",
+        dest="chaos_nodes",
+        type=int,
+        default=2,
+        help="one-CPU worker nodes of the cluster",
     )
     g.add_argument(
-        "--chaos-sample-every",
+        "--sample-every",
+        dest="chaos_sample_every",
         type=float,
         default=10.0,
         metavar="S",
-        help="sample every actor's resident memory every S seconds (default 10)",
+        help="sample every actor's resident memory every S seconds",
     )
     g.add_argument(
-        "--chaos-memory-after",
+        "--memory-after",
+        dest="chaos_memory_after",
         type=float,
         default=300.0,
         metavar="S",
-        help="an actor's memory growth counts from when its process is S seconds old (default 300)",
+        help="an actor's memory growth counts from when its process is S seconds old",
     )
     g.add_argument(
-        "--chaos-bound",
+        "--bound",
+        dest="chaos_bound",
         type=float,
         default=60.0,
         metavar="S",
-        help="training must go on within S seconds of every fault (default 60)",
+        help="training must go on within S seconds of every fault",
     )
     g.add_argument(
-        "--chaos-dir",
+        "--dir",
+        dest="chaos_dir",
         type=Path,
         metavar="DIR",
         help="where the run, chaos.json and chaos_memory.png go (default runs/chaos-<env>-<time>)",
@@ -112,7 +116,7 @@ def plan_of(args: argparse.Namespace, seed: int = 0) -> ChaosPlan:
     """The soak's schedule from the flags; every problem at once as a ConfigError."""
     seconds = args.chaos_seconds
     problems = [
-        f"--chaos-{name.replace('_', '-')}: must be >= 0 seconds, got {value:g}"
+        f"--{name.replace('_', '-')}: must be >= 0 seconds, got {value:g}"
         for name, value in (
             ("worker_every", args.chaos_worker_every),
             ("ps_every", args.chaos_ps_every),
@@ -129,9 +133,9 @@ def plan_of(args: argparse.Namespace, seed: int = 0) -> ChaosPlan:
         ("bound", args.chaos_bound),
     ):
         if not value > 0:
-            problems.append(f"--chaos-{name.replace('_', '-')}: must be > 0, got {value:g}")
+            problems.append(f"--{name.replace('_', '-')}: must be > 0, got {value:g}")
     if args.chaos_nodes < 1:
-        problems.append(f"--chaos-nodes: must be >= 1, got {args.chaos_nodes}")
+        problems.append(f"--nodes: must be >= 1, got {args.chaos_nodes}")
     if problems:
         raise ConfigError(problems)
 
@@ -174,7 +178,7 @@ def run(cfg: Config, args: argparse.Namespace) -> int:
     target = stability_target(cfg, args)
     if target is None:
         raise ConfigError(
-            [f"--chaos needs --target-return: neither the config nor {cfg.env.id} sets one"]
+            [f"bench chaos needs --target-return: neither the config nor {cfg.env.id} sets one"]
         )
     floor = args.floor if args.floor is not None else 2 * target / 3
     workers = getattr(args, "run.workers") or plan.worker_nodes
@@ -184,7 +188,7 @@ def run(cfg: Config, args: argparse.Namespace) -> int:
     ).resolve()
     run_dir = out / "run"
     if run_dir.exists():
-        raise ConfigError([f"{run_dir} already exists: choose another --chaos-dir"])
+        raise ConfigError([f"{run_dir} already exists: choose another --dir"])
     out.mkdir(parents=True, exist_ok=True)
     train_file = out / "train.yaml"
     train_config(cfg, run_dir, workers, plan.seconds).save(train_file)

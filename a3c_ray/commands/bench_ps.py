@@ -1,4 +1,4 @@
-"""``a3c-ray bench --ps-scale``: the ParameterServer alone at scale.
+"""``a3c-ray bench ps``: the ParameterServer alone at scale.
 
 Synthetic clients push prepared gradients of the config's model size (no env, no backward) to the
 ParameterServer's shard actors, keeping 1, 8, 32 or 128 pushes in flight, for each number of
@@ -65,29 +65,21 @@ def _transports(text: str) -> list[str]:
     return values
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group(
-        "the ParameterServer at scale (--ps-scale): synthetic clients push prepared gradients"
-    )
-    g.add_argument(
-        "--ps-scale",
-        action="store_true",
-        help="instead of training, measure the ParameterServer alone for each of --shards, "
-        "--wire and --pushes-in-flight",
-    )
+def add_arguments(g: argparse.ArgumentParser) -> None:
+    """The flags of ``bench ps`` beyond the config and the times it shares with the others."""
     g.add_argument(
         "--shards",
         type=_ints,
         default=[1, 2, 4],
         metavar="S,S,...",
-        help="numbers of ParameterServer shards (default 1,2,4)",
+        help="numbers of ParameterServer shards",
     )
     g.add_argument(
         "--wire",
         type=_dtypes,
         default=["float32", "bfloat16"],
         metavar="DTYPE,...",
-        help="wire dtypes (default float32,bfloat16)",
+        help="wire dtypes",
     )
     g.add_argument(
         "--transport",
@@ -95,16 +87,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=list(TRANSPORTS),
         metavar="T,...",
         help="call (one actor call per push) and/or graph (a compiled graph per push in flight, "
-        "up to 32) (default call,graph)",
+        "up to 32)",
     )
     g.add_argument(
         "--pushes-in-flight",
         type=_ints,
         default=IN_FLIGHT,
         metavar="N,N,...",
-        help="pushes kept in flight by the clients together (default 1,8,32,128)",
+        help="pushes kept in flight by the clients together",
     )
-    g.add_argument("--clients", type=int, default=2, help="synthetic client actors (default 2)")
+    g.add_argument("--clients", type=int, default=2, help="synthetic client actors")
 
 
 def ps_scale(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
@@ -169,7 +161,7 @@ def ps_scale(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
 
 def format_table(r: dict[str, Any]) -> str:
     lines = [
-        f"a3c-ray bench --ps-scale: {r['env']}, {r['params']:,} parameters, {r['cpus']} CPUs; "
+        f"a3c-ray bench ps: {r['env']}, {r['params']:,} parameters, {r['cpus']} CPUs; "
         f"load average {r['loadavg_before']:.1f} before, {r['loadavg_after']:.1f} after; "
         f"medians of {r['repeat']} run(s) of {r['seconds_per_row']:g} s, {r['clients']} clients",
         f"one Worker of this config pushes {r['worker_pushes_per_second']:.1f}/s "

@@ -1,4 +1,4 @@
-"""``a3c-ray bench --serve``: the serving load test (``a3c_ray.bench.serving``), its flags and its
+"""``a3c-ray bench serve``: the serving load test (``a3c_ray.bench.serving``), its flags and its
 table. docs/serving.md holds the figures of this machine."""
 
 from __future__ import annotations
@@ -48,71 +48,70 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group(
-        "serving (--serve): a3c-ray serve's application under HTTP clients on loopback"
-    )
+def add_arguments(g: argparse.ArgumentParser) -> None:
+    """The flags of ``bench serve``; each lands in ``args`` as ``serve_<name>``."""
     g.add_argument(
-        "--serve",
-        action="store_true",
-        help="instead of training, load-test the served policy: batched against unbatched",
-    )
-    g.add_argument(
-        "--serve-models",
+        "--models",
+        dest="serve_models",
         type=_names,
         default=["cartpole", "pong"],
         metavar="M,M",
-        help="cartpole (the MLP) and/or pong (the paper's CNN) (default both)",
+        help="cartpole (the MLP) and/or pong (the paper's CNN)",
     )
     g.add_argument(
-        "--serve-clients",
+        "--clients",
+        dest="serve_clients",
         type=_counts,
         default=[1, 8, 32],
         metavar="N,N,...",
-        help="concurrent clients, each one request at a time (default 1,8,32)",
+        help="concurrent clients, each one request at a time",
     )
     g.add_argument(
-        "--serve-ingress",
+        "--ingress",
+        dest="serve_ingress",
         type=_ingresses,
         default=["proxy", "haproxy"],
         metavar="I,I",
         help="proxy (Serve's HTTP proxy) and/or haproxy (Ray's high-throughput mode), each on "
-        "its own embedded Ray (default both)",
+        "its own embedded Ray",
     )
     g.add_argument(
-        "--serve-batch-wait-ms",
+        "--batch-wait-ms",
+        dest="serve_batch_wait_ms",
         type=float,
         default=2.0,
-        help="the batched mode's --batch-wait-ms (default 2)",
+        help="the batched mode's --batch-wait-ms",
     )
     g.add_argument(
-        "--serve-seconds",
+        "--seconds",
+        dest="serve_seconds",
         type=float,
         default=5.0,
-        help="seconds of each point, after 1 s of warm-up (default 5)",
+        help="seconds of each point, after 1 s of warm-up",
     )
     g.add_argument(
-        "--serve-requests",
+        "--requests",
+        dest="serve_requests",
         type=int,
         default=50_000,
-        help="requests of each point at most (default 50,000)",
+        help="requests of each point at most",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     problems = []
     if not args.serve_seconds > 0:
-        problems.append("--serve-seconds: must be > 0")
+        problems.append("--seconds: must be > 0")
     if args.serve_batch_wait_ms < 0:
-        problems.append("--serve-batch-wait-ms: must be >= 0")
+        problems.append("--batch-wait-ms: must be >= 0")
     if args.serve_requests < 1:
-        problems.append("--serve-requests: must be >= 1")
+        problems.append("--requests: must be >= 1")
     if args.repeat < 1:
         problems.append("--repeat: must be >= 1")
     if args.address and args.serve_ingress != ["proxy"]:
         problems.append(
-            "--serve-ingress haproxy needs an embedded Ray; with --address, pass --serve-ingress "
-            "proxy (a cluster's nodes take the ingress they were started with)"
+            "--ingress haproxy needs an embedded Ray; with --address, pass --ingress proxy "
+            "(a cluster's nodes take the ingress they were started with)"
         )
     if problems:
         raise ConfigError(problems)

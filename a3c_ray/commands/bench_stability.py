@@ -1,4 +1,4 @@
-"""``a3c-ray bench --seeds N --steps S``: does a config learn, and does it keep what it learned?
+"""``a3c-ray bench seeds N --steps S``: does a config learn, and does it keep what it learned?
 
 Trains seeds ``first_seed .. first_seed + N - 1`` in turn, each for ``S`` env steps with no target
 (so a run never stops at its first success), on one Ray session. From each run's TensorBoard
@@ -27,6 +27,7 @@ from a3c_ray.bench.stability_score import (
     seed_result,
     summarize,
 )
+from a3c_ray.commands import flags
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
@@ -139,46 +140,44 @@ def measure_on_ray(
     return report(cfg, results, target, floor, in_process=False)
 
 
-# -- the command line: `a3c-ray bench --seeds ...` and `--stability-of ...` ----------------------
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    s = p.add_argument_group(
-        "stability (--seeds): train N seeds in turn, no target, and report whether each one "
-        "reached the target and kept it"
-    )
-    s.add_argument(
-        "--seeds",
-        type=_seeds,
-        metavar="N|S,S,...",
-        help="instead of throughput, train N seeds in turn (from --first-seed), or these seeds",
-    )
-    s.add_argument("--first-seed", type=int, default=0, help="the first of the N seeds (default 0)")
-    s.add_argument(
-        "--steps", type=float, metavar="S", help="env steps per seed (default: run.max_steps)"
-    )
-    s.add_argument(
-        "--time-limit", type=float, metavar="SECONDS", help="training seconds per seed, if sooner"
-    )
-    s.add_argument(
+# -- the command line: `a3c-ray bench seeds ...` and `bench stability ...` ---------------------
+def add_judge_arguments(p: argparse.ArgumentParser) -> None:
+    """``--target-return`` and ``--floor``: what counts as learned, and as kept."""
+    p.add_argument(
         "--target-return",
         type=float,
         help="the mean return of the last 100 episodes that counts as learned (default: the "
         "config's run.target_return, else the env's reward threshold, 475 for CartPole-v1)",
     )
-    s.add_argument(
+    p.add_argument(
         "--floor",
         type=float,
         help="a seed holds when its mean never falls below this after first reaching the target "
         "(default: two thirds of the target)",
     )
+
+
+def add_arguments(s: argparse.ArgumentParser) -> None:
+    """The flags of ``bench seeds`` beyond the config."""
     s.add_argument(
-        "--runs-dir", type=Path, help="keep each seed's run directory here (default: discarded)"
+        "seeds",
+        type=_seeds,
+        metavar="N|S,S,...",
+        help="train N seeds in turn (from --first-seed), or these seeds",
+    )
+    s.add_argument("--first-seed", type=int, default=0, help="the first of the N seeds")
+    s.add_argument(
+        "--steps",
+        type=float,
+        metavar="S",
+        help=flags.field_help("run.max_steps", "env steps per seed"),
     )
     s.add_argument(
-        "--stability-of",
-        nargs="+",
-        type=Path,
-        metavar="RUN_DIR",
-        help="instead of training, read these finished runs (e.g. Ray jobs) as --seeds reads its own",
+        "--time-limit", type=float, metavar="SECONDS", help="training seconds per seed, if sooner"
+    )
+    add_judge_arguments(s)
+    s.add_argument(
+        "--runs-dir", type=Path, help="keep each seed's run directory here (default: discarded)"
     )
     s.add_argument(
         "--in-process",
@@ -204,6 +203,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_stability_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``bench stability``: finished runs, judged as ``bench seeds`` judges its own."""
+    p.add_argument(
+        "stability_of",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="finished runs (e.g. Ray jobs), read as bench seeds reads its own",
+    )
+    add_judge_arguments(p)
+
+
 def _seeds(text: str) -> int | list[int]:
     """A count of seeds (``10``) or the seeds themselves (``3,21,23``)."""
     try:
@@ -220,14 +231,16 @@ def _seeds(text: str) -> int | list[int]:
 
 
 def problems(cfg: Config, args: argparse.Namespace) -> list[str]:
-    """What is wrong with the ``--seeds`` flags, every problem at once."""
+    """What is wrong with the ``bench seeds`` flags, every problem at once."""
     out: list[str] = []
     if isinstance(args.seeds, int) and args.seeds < 1:
-        out.append(f"--seeds: must be >= 1, got {args.seeds}")
+        out.append(f"N: must be >= 1 seeds, got {args.seeds}")
     if args.first_seed < 0:
         out.append(f"--first-seed: must be >= 0, got {args.first_seed}")
     if stability_target(cfg, args) is None:
-        out.append(f"--seeds needs --target-return: neither the config nor {cfg.env.id} sets one")
+        out.append(
+            f"bench seeds needs --target-return: neither the config nor {cfg.env.id} sets one"
+        )
     if args.trace_every < 0 or (args.trace_every and not args.in_process):
         out.append("--trace-every: needs --in-process and a number of env steps >= 1")
     if args.restart_every < 0 or (args.restart_every and not args.in_process):
@@ -260,12 +273,12 @@ def stability_target(cfg: Config, args: argparse.Namespace) -> float | None:
 
 
 def read_stability(args: argparse.Namespace) -> int:
-    """``--stability-of RUN_DIR...``: the stability table of runs that have already finished."""
+    """``bench stability RUN_DIR...``: the stability table of runs that have already finished."""
     runs = [read_run(Path(d)) for d in args.stability_of]
     cfg = Config.load(Path(args.stability_of[0]) / layout.CONFIG)
     target = stability_target(cfg, args)
     if target is None:
-        raise ConfigError([f"--stability-of needs --target-return: {cfg.env.id} sets none"])
+        raise ConfigError([f"bench stability needs --target-return: {cfg.env.id} sets none"])
     floor = default_floor(target, args.floor)
     results = [result_of(r, target, floor) for r in runs]
     out = report(cfg, results, target, floor, in_process=False)
@@ -274,7 +287,7 @@ def read_stability(args: argparse.Namespace) -> int:
 
 
 def run_stability(cfg: Config, args: argparse.Namespace) -> int:
-    """``--seeds N``: train N seeds in turn and report how each learned and held (bench_stability)."""
+    """``bench seeds N``: train N seeds in turn and report how each learned and held (bench_stability)."""
     target = stability_target(cfg, args)
     assert target is not None  # config_of checked
     floor = default_floor(target, args.floor)

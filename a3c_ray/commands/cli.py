@@ -31,7 +31,10 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("a3c_ray.commands.status", "show the live runs on a Ray cluster"),
     "scale": ("a3c_ray.commands.scale", "change the number of Workers of a live run"),
     "submit": ("a3c_ray.commands.submit", "run a3c-ray train as a Ray job on a cluster"),
-    "bench": ("a3c_ray.commands.bench", "measure throughput against this machine's own limit"),
+    "bench": (
+        "a3c_ray.commands.bench",
+        "measure this machine: throughput, profile, atari, ps, serve, seeds, stability or chaos",
+    ),
     "plot": ("a3c_ray.commands.plot", "draw the learning curves of training runs as PNG files"),
     "tune": ("a3c_ray.commands.tune", "search hyperparameters with Ray Tune, each trial a run"),
     "serve": ("a3c_ray.commands.serve", "serve a trained policy over HTTP with Ray Serve"),
@@ -131,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = list(sys.argv[1:] if argv is None else argv)
         command = next((w for w in words if not w.startswith("-")), None)
         local = command in ("status", "scale") and on_this_machine(flag_value(words, "--address"))
-        if local or (command == "bench" and "--chaos" in words):  # --chaos: its own local cluster
+        chaos = command == "bench" and "chaos" in words[words.index("bench") + 1 :][:1]
+        if local or chaos:  # bench chaos: its own local cluster
             # Before Ray is first imported (with the command's module): Ray then keeps loopback
             # addresses as they are instead of rewriting them to this machine's interface
             # address, where an embedded Ray does not listen.
@@ -139,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Ray's local clusters require the token that `ray start` and `ray.init` made; its
             # clients send it only in token mode. The chaos soak's own `local.sh up` makes the
             # token when there is none yet, after this point.
-            if command == "bench" or (Path.home() / ".ray" / "auth_token").is_file():
+            if chaos or (Path.home() / ".ray" / "auth_token").is_file():
                 os.environ.setdefault("RAY_AUTH_MODE", "token")
         args = build_parser(command).parse_args(words)
         if args.command in MODULE_COMMANDS:

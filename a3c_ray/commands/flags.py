@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
+from typing import Any
 
 from a3c_ray.config import Config
 from a3c_ray.configs import names as shipped_configs
 
 TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
-    "--env": ("env.id", str, "gymnasium environment id (default CartPole-v1)"),
+    "--env": ("env.id", str, "gymnasium environment id"),
     "--workers": ("run.workers", int, "number of Worker actors (default: one per CPU)"),
     "--envs-per-worker": ("env.num_envs", int, "environments per Worker (K)"),
     "--t-max": ("algo.t_max", int, "rollout length n per gradient push"),
@@ -33,11 +34,43 @@ TRAIN_FLAGS: dict[str, tuple[str, type, str]] = {
 or --config. A flag's value lands in ``args`` under its field's name (``getattr(args, "env.id")``)."""
 
 
+def shown(value: Any) -> str:
+    """A default as a user types it: lists as ``1,2,4``."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Each flag's help ends with its default, where it has one (not None, not an off switch)
+    and the help does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help_ = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or default in (None, False, [], argparse.SUPPRESS)
+            or "(default" in help_
+        ):
+            return action.help
+        return help_ + " (default " + shown(default).replace("%", "%%") + ")"
+
+
+def field_help(dest: str, help_: str) -> str:
+    """``help_`` ending with the default of config field ``dest``, where it has one."""
+    value = Config().get(dest)
+    if value is None or "(default" in help_:
+        return help_
+    return f"{help_} (default {shown(value)})".replace("%", "%%")
+
+
 def add_field_flags(p: argparse.ArgumentParser, names: Iterable[str] | None = None) -> None:
-    """The flags of ``TRAIN_FLAGS`` named in ``names`` (all of them by default)."""
+    """The flags of ``TRAIN_FLAGS`` named in ``names`` (all of them by default), each help with
+    its field's default."""
     for flag in TRAIN_FLAGS if names is None else names:
         dest, typ, help_ = TRAIN_FLAGS[flag]
-        p.add_argument(flag, dest=dest, type=typ, default=None, help=help_)
+        p.add_argument(flag, dest=dest, type=typ, default=None, help=field_help(dest, help_))
 
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
