@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,atari,video,plot,tune,s3,serve,export,track
 TRAIN_ARGS ?= --env CartPole-v1 --target-return 450
 
-.PHONY: venv train test test-long lint typecheck unit fast bench clean docs learn-pong
+.PHONY: venv train test test-long lint typecheck unit fast bench clean docs learn-pong learn-breakout
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,19 +52,34 @@ test-long: venv
 bench: venv
 	$(BIN)/a3c-ray bench throughput
 
-# Pong with the shipped config, one Worker per CPU: it stops at an evaluation of 18, then draws its
-# learning curve and prints the frames and hours to returns of -15, 0, 10 and 18 (docs/atari.md).
-# Run it again to continue the same run from its newest checkpoint. PONG_SITTING=3600 bounds one
-# sitting to an hour (Ctrl-C after that long: a final checkpoint, then the curve so far);
-# --time-limit in PONG_ARGS would bound the training time of all sittings together.
+# A shipped Atari config trained in sittings, one Worker per CPU: it stops at the config's target,
+# then draws its learning curve and prints the frames and hours to each of its levels
+# (docs/atari.md). Run it again to continue the same run from its newest checkpoint.
+# <GAME>_SITTING=3600 bounds one sitting to an hour (Ctrl-C after that long: a final checkpoint,
+# then the curve so far); --time-limit in <GAME>_ARGS bounds the training time of all sittings.
+#   $(call learn,CONFIG,GAME): the run in $(GAME_RUN), with $(GAME_ARGS), plotted at $(GAME_LEVELS).
+define learn
+	$(if $($(2)_SITTING),timeout -s INT $($(2)_SITTING)) $(BIN)/a3c-ray train \
+	  $(if $(wildcard $($(2)_RUN)/config.yaml),--resume $($(2)_RUN),--config $(1) --run-dir $($(2)_RUN)) \
+	  $($(2)_ARGS); rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 124 ] || [ $$rc -eq 130 ] || exit $$rc
+	$(BIN)/a3c-ray plot $($(2)_RUN) --levels=$($(2)_LEVELS) --out $($(2)_RUN)
+endef
+
+# Pong: it stops at an evaluation of 18.
 PONG_RUN ?= runs/pong
 PONG_ARGS ?=
 PONG_SITTING ?=
+PONG_LEVELS := -15,0,10,18
 learn-pong: venv
-	$(if $(PONG_SITTING),timeout -s INT $(PONG_SITTING)) $(BIN)/a3c-ray train \
-	  $(if $(wildcard $(PONG_RUN)/config.yaml),--resume $(PONG_RUN),--config pong --run-dir $(PONG_RUN)) \
-	  $(PONG_ARGS); rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 124 ] || [ $$rc -eq 130 ] || exit $$rc
-	$(BIN)/a3c-ray plot $(PONG_RUN) --levels=-15,0,10,18 --out $(PONG_RUN)
+	$(call learn,pong,PONG)
+
+# Breakout, the feed-forward agent: it stops at an evaluation of 300.
+BREAKOUT_RUN ?= runs/breakout
+BREAKOUT_ARGS ?=
+BREAKOUT_SITTING ?=
+BREAKOUT_LEVELS := 50,150,300
+learn-breakout: venv
+	$(call learn,breakout,BREAKOUT)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
