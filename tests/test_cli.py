@@ -60,7 +60,6 @@ def existing_run(tmp_path: Path) -> Path:
         ),
         (["eval", "/no/such/checkpoint"], "no checkpoint at /no/such/checkpoint"),
         (["eval", "x.pt", "--episodes", "0"], "--episodes must be >= 1"),
-        (["frobnicate"], "invalid choice"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_problem(

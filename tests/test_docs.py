@@ -74,7 +74,7 @@ def test_the_docs_check_finds_a_bad_flag_and_a_missing_image_and_skips_forms(
     assert checked == 1  # the form with placeholders is left out
     assert found == [
         "README.md:5: gone.png does not exist",
-        "README.md:2: `a3c-ray train --nope 3`: a3c-ray: unrecognized arguments: --nope 3",
+        "README.md:2: `a3c-ray train --nope 3`: unrecognized arguments: --nope 3",
     ]
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from a3c_ray.commands import flags
 from a3c_ray.config import Config
 from a3c_ray.errors import EXIT_BAD_INPUT, CheckpointError, ConfigError, UsageError
 from a3c_ray.version import package_version
@@ -22,7 +23,12 @@ from a3c_ray.version import package_version
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
+        """A usage error: the top level's prints its usage line first; ``main`` prints the one
+        ``a3c-ray: error:`` line, naming the command when a command's parser found it."""
+        command = self.prog.removeprefix("a3c-ray").strip()
+        if not command:
+            self.print_usage(sys.stderr)
+        raise UsageError(f"{command}: {message}" if command else message)
 
 
 # Commands that live in their own module, each with add_arguments(parser) and run(args) -> int.
@@ -53,16 +59,26 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     def add(name: str) -> None:
         module, help_ = MODULE_COMMANDS[name]
-        cmd = sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        cmd = sub.add_parser(
+            name,
+            help=help_,
+            description=help_[0].upper() + help_[1:] + ".",
+            formatter_class=flags.HelpFormatter,
+        )
         if command in (None, name):  # import only the command in use: `train` must import ray last
             importlib.import_module(module).add_arguments(cmd)
 
     add("train")
-    e = sub.add_parser("eval", help="evaluate a checkpoint", description="Evaluate a checkpoint.")
+    e = sub.add_parser(
+        "eval",
+        help="evaluate a checkpoint",
+        description="Evaluate a checkpoint.",
+        formatter_class=flags.HelpFormatter,
+    )
     e.add_argument(
         "checkpoint", help="a ckpt-*.pt file, a latest/best pointer, a checkpoints dir or a run dir"
     )
-    e.add_argument("--episodes", type=int, default=10, help="episodes to play (default 10)")
+    e.add_argument("--episodes", type=int, default=10, help="episodes to play")
     e.add_argument("--seed", type=int, default=0, help="seed of the env and the action sampling")
     e.add_argument(
         "--greedy", action="store_true", help="take the most likely action instead of sampling"

@@ -43,15 +43,18 @@ def shown(value: Any) -> str:
 
 class HelpFormatter(argparse.HelpFormatter):
     """Each flag's help ends with its default, where it has one (not None, not an off switch)
-    and the help does not already say it."""
+    and the help does not already say it (``(default ...``, ``(the default)`` or ``(VALUE)``)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         help_ = action.help or ""
         default = action.default
         if (
             not action.option_strings
-            or default in (None, False, [], argparse.SUPPRESS)
-            or "(default" in help_
+            or default is None
+            or default is False
+            or default == []
+            or default == argparse.SUPPRESS
+            or any(said in help_ for said in ("(default", "the default)", f"({shown(default)})"))
         ):
             return action.help
         return help_ + " (default " + shown(default).replace("%", "%%") + ")"
@@ -73,6 +76,17 @@ def add_field_flags(p: argparse.ArgumentParser, names: Iterable[str] | None = No
         p.add_argument(flag, dest=dest, type=typ, default=None, help=field_help(dest, help_))
 
 
+def add_set_flag(p: argparse.ArgumentParser, where: str = "") -> None:
+    """``--set FIELD=VALUE`` (repeatable); ``where`` says what it sets, e.g. " for every trial"."""
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help=f"set any config field{where}, e.g. --set algo.gamma=0.98 (repeatable)",
+    )
+
+
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     """``--config`` (a YAML file or a shipped config's name) and ``--set FIELD=VALUE``."""
     p.add_argument(
@@ -80,13 +94,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         help="YAML file of config sections (env, model, algo, run, monitor, ps, tune), or the "
         "name of a shipped one: " + ", ".join(shipped_configs()),
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="set any config field, e.g. --set algo.gamma=0.98 (repeatable)",
-    )
+    add_set_flag(p)
 
 
 def add_track_flag(p: argparse.ArgumentParser) -> None:

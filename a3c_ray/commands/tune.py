@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from a3c_ray.commands.flags import add_track_flag
+from a3c_ray.commands.flags import add_set_flag, add_track_flag
 from a3c_ray.config import METRICS, SCHEDULERS, Config
 from a3c_ray.config.space import samplers
 from a3c_ray.configs import resolve as resolve_config
@@ -41,13 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=METRICS,
         help="what the search maximizes (default: tune.metric)",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="set any config field for every trial, e.g. --set run.max_steps=200000 (repeatable)",
-    )
+    add_set_flag(p, " for every trial")
     p.add_argument(
         "--out",
         type=Path,
