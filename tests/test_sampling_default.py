@@ -20,7 +20,7 @@ from a3c_ray.commands.cli import build_parser
 from a3c_ray.commands.evaluate import evaluate_checkpoint
 from a3c_ray.config import Config
 from a3c_ray.rundir.policy import load_policy
-from a3c_ray.runtime.serve_protocol import ActRequest, Limits, parse_act
+from a3c_ray.serve.serve_protocol import ActRequest, Limits, parse_act
 
 from .policy_checkpoints import save_checkpoint
 

@@ -44,7 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     import ray
     from ray import serve
 
-    from a3c_ray.runtime import serving
+    from a3c_ray.serve import serving
 
     root = tmp_path_factory.mktemp("serve")
     for kind in ("mlp", "lstm", "cnn"):
@@ -391,7 +391,7 @@ def test_follow_swaps_in_each_newer_best_checkpoint_without_a_failed_request(
     grow, and the last answers are the last best checkpoint's."""
     from ray import serve
 
-    from a3c_ray.runtime import serving
+    from a3c_ray.serve import serving
 
     manager = CheckpointManager(tmp_path / layout.CHECKPOINTS, keep=10)
     save_checkpoint(tmp_path, env_steps=100, seed=0, eval_return=1.0, manager=manager)

@@ -14,8 +14,8 @@ import torch
 
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager, load_checkpoint
-from a3c_ray.runtime import serve_app, serve_follow
-from a3c_ray.runtime.serve_follow import Follower, first_of_run
+from a3c_ray.serve import serve_app, serve_follow
+from a3c_ray.serve.serve_follow import Follower, first_of_run
 
 from .policy_checkpoints import save_checkpoint
 from .serve_inprocess import call, service

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from a3c_ray.runtime.serve_app import PolicyService
-from a3c_ray.runtime.serve_protocol import Limits, RequestError, parse_act
+from a3c_ray.serve.serve_app import PolicyService
+from a3c_ray.serve.serve_protocol import Limits, RequestError, parse_act
 
 from .policy_checkpoints import save_checkpoint
 from .serve_bodies import JSON, NPY, Call, calls, nested, npy_bytes

@@ -16,8 +16,8 @@ import yaml
 
 from a3c_ray.commands.cli import main
 from a3c_ray.errors import ConfigError
-from a3c_ray.runtime.serve_protocol import Limits, RequestError, answer, json_body, parse_act
-from a3c_ray.runtime.sessions import SessionError, SessionTable
+from a3c_ray.serve.serve_protocol import Limits, RequestError, answer, json_body, parse_act
+from a3c_ray.serve.sessions import SessionError, SessionTable
 
 from .policy_checkpoints import save_checkpoint
 
@@ -238,7 +238,7 @@ def test_the_serve_config_file_is_valid_and_builds_the_application_only_locked(
     from ray.serve.deployment import Application
     from ray.serve.schema import ServeDeploySchema
 
-    from a3c_ray.runtime import serving
+    from a3c_ray.serve import serving
 
     monkeypatch.delenv("A3C_RAY_SERVE_TOKEN", raising=False)
     config = yaml.safe_load((ROOT / "cluster" / "serve.yaml").read_text())
@@ -246,7 +246,7 @@ def test_the_serve_config_file_is_valid_and_builds_the_application_only_locked(
     assert config["http_options"]["host"] == "0.0.0.0"
     app = config["applications"][0]
     module, _, attr = app["import_path"].partition(":")
-    assert f"{module}:{attr}" == "a3c_ray.runtime.serving:build_app"
+    assert f"{module}:{attr}" == "a3c_ray.serve.serving:build_app"
     assert app["args"]["token_file"]  # the shipped file is locked
     save_checkpoint(tmp_path, "mlp")
     token = tmp_path / "token"
@@ -280,7 +280,7 @@ def test_the_serve_config_file_is_valid_and_builds_the_application_only_locked(
     ],
 )
 def test_serve_options_of_a_config_file_are_checked(change: dict[str, Any], match: str) -> None:
-    from a3c_ray.runtime.serve_options import ServeOptions
+    from a3c_ray.serve.serve_options import ServeOptions
 
     with pytest.raises(ConfigError, match=match):
         ServeOptions.from_dict({"source": "runs/x", **change})
@@ -373,7 +373,7 @@ def test_serve_flags_for_sessions_are_checked(
 def test_waiting_ends_false_when_the_application_fails_or_goes() -> None:
     from types import SimpleNamespace
 
-    from a3c_ray.runtime import serve_run
+    from a3c_ray.serve import serve_run
 
     def status_of(*states: Any) -> Any:
         seq = iter(states)
@@ -400,7 +400,7 @@ def test_serve_exits_1_when_its_deployment_fails(
     monkeypatch: pytest.MonkeyPatch,
     how: str,
 ) -> None:
-    from a3c_ray.runtime import serve_run
+    from a3c_ray.serve import serve_run
 
     save_checkpoint(tmp_path, "mlp")
     stopped: list[bool] = []

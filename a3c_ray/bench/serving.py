@@ -39,8 +39,8 @@ from a3c_ray.envs.make import action_size, env_spaces, resolve_policy
 from a3c_ray.envs.spaces import recorded_spaces
 from a3c_ray.rundir.checkpoint import CheckpointManager
 from a3c_ray.rundir.policy import load_policy
-from a3c_ray.runtime.serve_ingress import ingress
-from a3c_ray.runtime.serve_protocol import Limits, answer, json_body, parse_act
+from a3c_ray.serve.serve_ingress import ingress
+from a3c_ray.serve.serve_protocol import Limits, answer, json_body, parse_act
 
 MODELS = {"cartpole": "cartpole", "pong": "pong"}
 """Bench model name -> the shipped config whose env and network it serves."""
@@ -336,7 +336,8 @@ def measure_ingress(
     haproxy ingress's replicas listen on every interface): the clients send it."""
     from ray import serve
 
-    from a3c_ray.runtime import cluster, serve_run, serving
+    from a3c_ray.runtime import cluster
+    from a3c_ray.serve import serve_run, serving
 
     port = cluster.free_port("127.0.0.1")
     base = f"http://127.0.0.1:{port}"

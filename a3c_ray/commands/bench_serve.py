@@ -26,7 +26,7 @@ def _names(text: str) -> list[str]:
 
 
 def _ingresses(text: str) -> list[str]:
-    from a3c_ray.runtime.serve_ingress import INGRESS_ENV
+    from a3c_ray.serve.serve_ingress import INGRESS_ENV
 
     names = [x.strip() for x in text.split(",") if x.strip()]
     if not names or any(n not in INGRESS_ENV for n in names):

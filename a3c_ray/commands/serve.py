@@ -3,7 +3,7 @@
 The flags, the token and the checkpoint are checked here first, so that a bad one is exit 2
 with one line before Ray starts: among them, a ``--host`` other than loopback with no token
 (``A3C_RAY_SERVE_TOKEN`` or ``--token-file``) unless ``--no-auth`` says so. Then the application
-runs (``runtime.serving``) until Ctrl-C or SIGTERM (exit 0), on an embedded Ray by default or on
+runs (``serve.serving``) until Ctrl-C or SIGTERM (exit 0), on an embedded Ray by default or on
 the cluster at ``--address``; the application is deleted at exit. A deployment that fails, at
 start or later, is exit 1. docs/serving.md has the protocol, the token, sessions, ``--follow``
 and the measured figures.
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if embedded:
         # As for train: the embedded Ray keeps every service on loopback (read at ray's import).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        from a3c_ray.runtime.serve_ingress import set_ingress
+        from a3c_ray.serve.serve_ingress import set_ingress
 
         set_ingress(args.ingress)  # before ray is imported: Serve reads it at import
     elif args.ingress != "proxy":
@@ -158,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
             "a3c-ray serve: --ingress haproxy sets up an embedded Ray; on a cluster, start every "
             "node with RAY_SERVE_ENABLE_HA_PROXY=1 RAY_SERVE_THROUGHPUT_OPTIMIZED=1"
         )
-    from a3c_ray.runtime.serve_ingress import INGRESS_ENV
-    from a3c_ray.runtime.serve_options import (
+    from a3c_ray.serve.serve_ingress import INGRESS_ENV
+    from a3c_ray.serve.serve_options import (
         ServeOptions,
         exposure_problem,
         first_policy,
@@ -173,8 +173,8 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         raise UsageError(f"a3c-ray serve: {problem}")
     policy = first_policy(options)  # exit 2 on a bad checkpoint, before Ray is imported
-    from a3c_ray.runtime import serve_run
     from a3c_ray.runtime.session import stop_signals_as_interrupt
+    from a3c_ray.serve import serve_run
 
     with stop_signals_as_interrupt():
         try:

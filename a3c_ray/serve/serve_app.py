@@ -28,9 +28,9 @@ from starlette.responses import Response
 
 from a3c_ray.algo.policy import Policy
 from a3c_ray.envs.spaces import json_safe
-from a3c_ray.runtime.serve_follow import Follower
-from a3c_ray.runtime.serve_options import ServeOptions, run_of
-from a3c_ray.runtime.serve_protocol import (
+from a3c_ray.serve.serve_follow import Follower
+from a3c_ray.serve.serve_options import ServeOptions, run_of
+from a3c_ray.serve.serve_protocol import (
     ActRequest,
     Limits,
     RequestError,
@@ -41,7 +41,7 @@ from a3c_ray.runtime.serve_protocol import (
     parse_json,
     session_id,
 )
-from a3c_ray.runtime.sessions import SessionError, SessionTable, State
+from a3c_ray.serve.sessions import SessionError, SessionTable, State
 
 logger = logging.getLogger("a3c_ray.serve")
 

@@ -31,16 +31,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from a3c_ray.errors import ConfigError
-from a3c_ray.runtime.serve_app import Answer, LocalSessions, PolicyService
-from a3c_ray.runtime.serve_ingress import direct_ingress
-from a3c_ray.runtime.serve_options import (
+from a3c_ray.serve.serve_app import Answer, LocalSessions, PolicyService
+from a3c_ray.serve.serve_ingress import direct_ingress
+from a3c_ray.serve.serve_options import (
     ServeOptions,
     exposure_problem,
     first_policy,
     read_token,
 )
-from a3c_ray.runtime.serve_protocol import ActRequest
-from a3c_ray.runtime.sessions import SessionError, State
+from a3c_ray.serve.serve_protocol import ActRequest
+from a3c_ray.serve.sessions import SessionError, State
 
 logger = logging.getLogger("a3c_ray.serve")
 
@@ -130,7 +130,7 @@ def serve_http_host() -> str | None:
 
 def build_app(args: dict[str, Any]) -> Any:
     """The application for ``args`` (ServeOptions' fields): the import path of a Serve config
-    file (``a3c_ray.runtime.serving:build_app``) and what ``a3c-ray serve`` runs. The token is
+    file (``a3c_ray.serve.serving:build_app``) and what ``a3c-ray serve`` runs. The token is
     read here, in the process that builds the application (``token_file``, else
     ``A3C_RAY_SERVE_TOKEN``), and reaches the replicas with their arguments."""
     options = ServeOptions.from_dict(args)

@@ -17,7 +17,7 @@ from typing import Any
 from a3c_ray.algo.policy import Policy
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir.policy import load_policy
-from a3c_ray.runtime.serve_follow import first_of_run
+from a3c_ray.serve.serve_follow import first_of_run
 
 TOKEN_ENV = "A3C_RAY_SERVE_TOKEN"
 """The environment variable that holds the bearer token (``token_file`` names a file instead)."""

@@ -18,8 +18,8 @@ from ray import serve
 from a3c_ray.config import Config
 from a3c_ray.errors import one_line
 from a3c_ray.runtime import cluster
-from a3c_ray.runtime.serve_options import ServeOptions
-from a3c_ray.runtime.serving import APP_NAME, QUIET, build_app
+from a3c_ray.serve.serve_options import ServeOptions
+from a3c_ray.serve.serving import APP_NAME, QUIET, build_app
 
 
 def start(
