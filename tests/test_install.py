@@ -70,6 +70,7 @@ def test_the_package_data_holds_every_shipped_file() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_plain_install_used_from_elsewhere_finds_its_files_and_its_install_line(
     tmp_path: Path,
 ) -> None:

@@ -166,6 +166,7 @@ def wandb_history(run_dir: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_wandb_offline_keeps_the_metrics_config_and_artifacts_and_a_resume_keeps_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
