@@ -369,6 +369,7 @@ def test_train_track_mlflow_logs_params_every_scalar_artifacts_and_a_resume_appe
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.long
 def test_tune_track_mlflow_logs_each_trial_as_a_run_of_one_experiment(
     ray_session: None,
     mlflow_server: str,
