@@ -323,7 +323,10 @@ def seeded_sampling() -> Iterator[None]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("perturbation_steps", "max_steps"),
-    [(1000, 5000), pytest.param(3000, 30000, marks=pytest.mark.long)],
+    [
+        pytest.param(1000, 5000, marks=pytest.mark.long),
+        pytest.param(3000, 30000, marks=pytest.mark.long),
+    ],
     ids=["short", "30k"],
 )
 def test_pbt_continues_a_poor_trial_from_a_good_ones_checkpoint(
