@@ -126,7 +126,8 @@ def test_track_refuses_an_unknown_tool_in_one_line(capsys: pytest.CaptureFixture
 # -- Weights & Biases, offline ---------------------------------------------------------------------
 def wandb_records(path: Path) -> list[Any]:
     """The records of a W&B run file (``run-<id>.wandb``): W&B's log format, blocks of 32 KiB of
-    records with a 7-byte header (CRC, length, FULL/FIRST/MIDDLE/LAST), after a 7-byte file header."""
+    records with a 7-byte header (CRC, length, FULL/FIRST/MIDDLE/LAST), after a 7-byte file header.
+    Those written so far: a chunk cut short by the file's end ends the list."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     data, block, pos = path.read_bytes(), 32768, 7
@@ -137,6 +138,8 @@ def wandb_records(path: Path) -> list[Any]:
             pos += block - pos % block
             continue
         _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if pos + 7 + length > len(data):
+            break
         chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == 1:
             out.append(chunk)
@@ -154,19 +157,31 @@ def wandb_records(path: Path) -> list[Any]:
     return records
 
 
-def wandb_history(run_dir: Path) -> list[dict[str, Any]]:
+def finished_wandb_records(run_dir: Path, timeout: float = 30.0) -> list[Any]:
+    """The records of an offline run directory once its log holds the run's end (its ``exit``
+    record). ``run.finish()`` returns once W&B's service has handled the run's end, and then asks
+    it to close the run without waiting: the service keeps the log's last block (all of a short
+    run) in memory until then, so the file may still hold its header alone for a moment."""
     (file,) = run_dir.glob("run-*.wandb")
-    rows = []
-    for r in wandb_records(file):
-        if r.WhichOneof("record_type") == "history":
-            rows.append(
-                {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
-            )
-    return rows
+    deadline = time.monotonic() + timeout
+    while True:
+        records = wandb_records(file)
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            return records
+        if time.monotonic() > deadline:
+            pytest.fail(f"{file} holds no exit record {timeout:g} s after the run's end")
+        time.sleep(0.05)
+
+
+def wandb_history(records: list[Any]) -> list[dict[str, Any]]:
+    return [
+        {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
 
 
 @pytest.mark.slow
-@pytest.mark.long
 def test_wandb_offline_keeps_the_metrics_config_and_artifacts_and_a_resume_keeps_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,7 +211,8 @@ def test_wandb_offline_keeps_the_metrics_config_and_artifacts_and_a_resume_keeps
     assert tracker.finish({layout.CONFIG: run_dir / layout.CONFIG}, "FINISHED", timeout=120)
     run_id = json.loads((run_dir / layout.TRACKING).read_text())["wandb"]["run_id"]
     (offline,) = (tmp_path / "wandb").glob(f"offline-run-*-{run_id}")
-    rows = wandb_history(offline)
+    records = finished_wandb_records(offline)
+    rows = wandb_history(records)
     got = sorted(
         (r["env_steps"], k, v)
         for r in rows
@@ -204,7 +220,6 @@ def test_wandb_offline_keeps_the_metrics_config_and_artifacts_and_a_resume_keeps
         if k != "env_steps" and not k.startswith("_")
     )
     assert got == sorted((s.step, s.tag, s.value) for s in first)
-    records = wandb_records(next(offline.glob("run-*.wandb")))
     config = {}
     for r in records:
         if r.WhichOneof("record_type") == "config":
@@ -213,6 +228,7 @@ def test_wandb_offline_keeps_the_metrics_config_and_artifacts_and_a_resume_keeps
     run_record = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     assert "CartPole-v1" in run_record.tags and "seed=7" in run_record.tags
     assert any(r.WhichOneof("record_type") == "artifact" for r in records)
+    assert next(r.exit for r in records if r.WhichOneof("record_type") == "exit").exit_code == 0
 
     # A resumed run goes on in the same W&B run.
     again = Tracker(track_spec("wandb", "cartpole"))
@@ -222,7 +238,8 @@ def test_wandb_offline_keeps_the_metrics_config_and_artifacts_and_a_resume_keeps
     assert json.loads((run_dir / layout.TRACKING).read_text())["wandb"]["run_id"] == run_id
     later = [d for d in (tmp_path / "wandb").glob(f"offline-run-*-{run_id}") if d != offline]
     assert len(later) == 1
-    assert wandb_history(later[0]) and wandb_history(later[0])[0]["env_steps"] == 200
+    rows = wandb_history(finished_wandb_records(later[0]))
+    assert [(r["env_steps"], r["charts/episodic_return"]) for r in rows] == [(200, 30.0)]
 
 
 # -- MLflow, a real server ---------------------------------------------------------------------------

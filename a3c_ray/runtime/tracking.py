@@ -292,6 +292,9 @@ class WandbBackend:
         self.run.log_artifact(artifact)
 
     def end(self, status: str) -> None:
+        # finish() returns once W&B's service has the run's end; the service then writes the
+        # offline run's log (run-<id>.wandb) out as it closes the run, an instant later, even
+        # when this process exits at once: a reader of that file waits for its exit record.
         self.run.finish(exit_code={FINISHED: 0, KILLED: 130}.get(status, 1))
 
 
