@@ -247,7 +247,9 @@ def pong_config(run_dir: Path, lstm: bool) -> Config:
 
 
 @pytest.mark.ray
-@pytest.mark.parametrize("lstm", [False, True], ids=["cnn", "cnn_lstm"])
+@pytest.mark.parametrize(
+    "lstm", [pytest.param(False, marks=pytest.mark.long), True], ids=["cnn", "cnn_lstm"]
+)
 def test_short_pong_run_checkpoints_and_evaluates(
     ray_session: None, tmp_path: Path, lstm: bool
 ) -> None:

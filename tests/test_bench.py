@@ -112,6 +112,7 @@ def _num(x: str) -> bool:
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_bench_json_has_every_figure_and_the_text_report_prints_them_keeping_the_callers_ray(
     ray_session: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -29,6 +29,7 @@ def test_the_synthetic_pushes_carry_the_norm_of_their_whole_gradient() -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_ps_scale_measures_every_shard_count_wire_and_load(
     ray_session: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -157,6 +157,7 @@ def test_serve_bench_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> No
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_a_short_serve_bench_answers_every_request_batched_and_unbatched(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

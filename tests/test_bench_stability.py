@@ -111,6 +111,7 @@ def test_stability_target_falls_back_to_the_envs_reward_threshold() -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_bench_seeds_trains_each_seed_without_stopping_at_the_target(
     ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

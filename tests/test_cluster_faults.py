@@ -88,6 +88,7 @@ def test_workers_spread_over_nodes_and_central_actors_stay_on_the_head(
     assert head not in s["worker_nodes"]
 
 
+@pytest.mark.long
 def test_parameter_server_shards_go_on_distinct_nodes(cluster: Cluster, tmp_path: Path) -> None:
     """Three shards on three nodes, the coordinator on the head; the run reaches its end."""
     run_dir = tmp_path / "shards"

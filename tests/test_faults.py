@@ -84,6 +84,7 @@ def test_killed_worker_is_restarted_and_only_its_rollout_is_lost(
     assert s["env_steps"] >= seen["recovered"] + AFTER_RECOVERY and s["ps_restarts"] == 0
 
 
+@pytest.mark.long
 @pytest.mark.parametrize(
     "healthy_after, wait",
     [(1.0, 1.5), (3600.0, 1.0)],
@@ -168,6 +169,7 @@ def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(
         load_checkpoint(ckpt)  # every checkpoint left is whole
 
 
+@pytest.mark.long
 def test_killed_shard_comes_back_and_every_shard_rolls_back_to_its_checkpoint(
     ray_session: None, tmp_path: Path
 ) -> None:
@@ -205,6 +207,7 @@ def test_killed_shard_comes_back_and_every_shard_rolls_back_to_its_checkpoint(
         load_checkpoint(ckpt)  # every checkpoint left is whole
 
 
+@pytest.mark.long
 def test_killed_monitor_is_restarted_and_no_checkpoint_is_corrupted(
     ray_session: None, tmp_path: Path
 ) -> None:

@@ -100,13 +100,14 @@ def test_workers_on_the_servers_node_push_by_graph_up_to_the_limit(
 ) -> None:
     """2 Workers, 1 graph slot: one Worker pushes by graph, the other by call, and the run
     trains to its end; with no slot, every push is a call."""
-    one = train(small_config(tmp_path / "one", run__max_steps=40_000, ps__graph_workers=1))
+    one = train(small_config(tmp_path / "one", run__max_steps=24_000, ps__graph_workers=1))
     s = one.summary
     assert one.exit_code == 0 and s["stopped_because"] == "max_steps", s
     assert 0 < s["pushes_by_graph"] < s["pushes"], s
-    # One Worker of two, the whole run (less its graph's compile, seconds on a busy machine).
+    # One Worker of two, the whole run less its graph's compile (seconds on a busy machine): a
+    # fifth of the pushes at least while the run lasts 4/3 of the compile or more.
     assert s["pushes_by_graph"] >= s["pushes"] / 5, s
-    none = train(small_config(tmp_path / "none", run__max_steps=10_000, ps__graph_workers=0))
+    none = train(small_config(tmp_path / "none", run__max_steps=4_000, ps__graph_workers=0))
     assert none.exit_code == 0 and none.summary["pushes_by_graph"] == 0
     assert none.summary["pushes"] > 0
 

@@ -406,7 +406,9 @@ def test_cartpole_job_on_a_local_three_node_cluster_succeeds_and_leaves_its_run_
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.parametrize("ship", ["working_dir", "py_modules"])
+@pytest.mark.parametrize(
+    "ship", ["working_dir", pytest.param("py_modules", marks=pytest.mark.long)]
+)
 def test_custom_env_job_finds_its_module_on_every_node(
     local_cluster: dict[str, Any], tmp_path: Path, ship: str
 ) -> None:

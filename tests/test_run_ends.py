@@ -110,6 +110,7 @@ def test_a_worker_stuck_in_its_env_is_killed_after_the_grace(
     assert s["env_steps"] > 0 and s["checkpoint"], s
 
 
+@pytest.mark.long
 def test_status_names_waiting_workers_and_why_and_scale_refuses_more_than_fit(
     ray_session: None, tmp_path: Path
 ) -> None:
@@ -193,7 +194,7 @@ def stopping(run_dir: Path) -> bool:
         ("training, Workers pending", {"run.workers": 3}, 2, training),
         # Ctrl-C while both Workers hang inside env.step: they are killed after the grace. (No
         # Worker spends its 300 steps spreading its envs: env.decorrelate_steps 0.)
-        (
+        pytest.param(
             "training, Workers stuck",
             {
                 "env.id": STUCK_ENV_ID,
@@ -202,10 +203,11 @@ def stopping(run_dir: Path) -> bool:
             },
             4,
             training,
+            marks=pytest.mark.long,
         ),
         # Ctrl-C after the time limit, while the run waits out the grace for stuck Workers (they
         # are stuck long before the 10 s limit: 300 steps take well under a second).
-        (
+        pytest.param(
             "stopping, Workers stuck",
             {
                 "env.id": STUCK_ENV_ID,
@@ -215,6 +217,7 @@ def stopping(run_dir: Path) -> bool:
             },
             4,
             stopping,
+            marks=pytest.mark.long,
         ),
     ],
 )

@@ -448,7 +448,7 @@ def test_follow_swaps_in_each_newer_best_checkpoint_without_a_failed_request(
 # -- the command -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ingress", ["proxy", "haproxy"])
+@pytest.mark.parametrize("ingress", ["proxy", pytest.param("haproxy", marks=pytest.mark.long)])
 def test_the_command_serves_on_an_embedded_ray_until_interrupted(
     tmp_path: Path, ingress: str
 ) -> None:

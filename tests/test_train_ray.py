@@ -59,6 +59,7 @@ def to_450(run_dir: Path, **sets: object) -> Config:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_two_workers_solve_cartpole_to_450_within_500k_steps(
     ray_session: None, tmp_path: Path
 ) -> None:
@@ -325,6 +326,7 @@ def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(
     assert final["env_steps"] == summary["env_steps"]
 
 
+@pytest.mark.long
 def test_two_runs_side_by_side_each_get_a_dashboard(tmp_path: Path) -> None:
     """A second `a3c-ray train` on a machine where one is already training starts its own
     embedded Ray, with its dashboard on a free port when the first holds 8265, and both finish."""

@@ -394,7 +394,10 @@ def test_pbt_continues_a_poor_trial_from_a_good_ones_checkpoint(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("grace_steps", "max_steps"),
-    [(1500, 6000), pytest.param(3000, 15000, marks=pytest.mark.long)],
+    [
+        pytest.param(1500, 6000, marks=pytest.mark.long),
+        pytest.param(3000, 15000, marks=pytest.mark.long),
+    ],
     ids=["short", "15k"],
 )
 def test_asha_stops_poor_trials_early(
