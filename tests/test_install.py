@@ -5,6 +5,7 @@ used from another directory that finds its files and names its own install line 
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shutil
 import subprocess
@@ -22,6 +23,14 @@ def pyproject_version() -> str:
     project = text.split("[project]", 1)[1].split("\n[", 1)[0]
     (found,) = re.findall(r'^version = "([^"]+)"', project, flags=re.M)
     return found
+
+
+def plain_env() -> dict[str, str]:
+    """This environment without the variables that steer Python's imports (PYTHONPATH, ...) or
+    name another environment: a process in the fresh venv sees its own packages alone."""
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != "VIRTUAL_ENV"
+    }
 
 
 def shipped_files() -> list[str]:
@@ -70,7 +79,6 @@ def test_the_package_data_holds_every_shipped_file() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.long
 def test_a_plain_install_used_from_elsewhere_finds_its_files_and_its_install_line(
     tmp_path: Path,
 ) -> None:
@@ -84,13 +92,15 @@ def test_a_plain_install_used_from_elsewhere_finds_its_files_and_its_install_lin
         (src / path.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, src / path.relative_to(ROOT))
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env = plain_env()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, env=env)
     python = venv / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     ).stdout.strip()
     (Path(site) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     pip = [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
@@ -99,6 +109,7 @@ def test_a_plain_install_used_from_elsewhere_finds_its_files_and_its_install_lin
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=env,
         timeout=300,
     )
     assert install.returncode == 0, install.stderr[-2000:]
@@ -115,19 +126,29 @@ print(json.dumps({"file": a3c_ray.__file__, "version": a3c_ray.__version__,
                   "configs": loaded, "hint": install_hint("video")}))
 """
     out = subprocess.run(
-        [str(python), "-c", probe], cwd=elsewhere, capture_output=True, text=True, timeout=120
+        [str(python), "-c", probe],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     import json
 
     got = json.loads(out.stdout)
-    assert Path(got["file"]).is_relative_to(venv), "the installed copy, not the checkout"
+    assert Path(got["file"]).is_relative_to(venv), f"the installed copy, not {got['file']}"
     assert got["version"] == pyproject_version()
     shipped = {Path(f).stem for f in shipped_files() if f.startswith("a3c_ray/configs/")}
     assert set(got["configs"]) == shipped and got["configs"]["pong"] == "PongNoFrameskip-v4"
     assert got["hint"].startswith(f"install the 'video' extra: pip install '{src}[video]'")
     version = subprocess.run(
-        [str(venv / "bin" / "a3c-ray"), "--version"], cwd=elsewhere, capture_output=True, text=True
+        [str(venv / "bin" / "a3c-ray"), "--version"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert version.stdout.strip() == f"a3c-ray {pyproject_version()}", version.stderr
 
