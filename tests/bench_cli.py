@@ -1,5 +1,5 @@
-"""The bench command's parser and its tiniest settings, shared by the bench tests; and a
-finished run's TensorBoard events, written without training."""
+"""The bench command's parser and the lab's, and the tiniest settings, shared by the bench tests;
+and a finished run's TensorBoard events, written without training."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     bench.add_arguments(p)
     return p.parse_args(argv)
+
+
+def lab_parse(argv: list[str]) -> argparse.Namespace:
+    """``python -m lab``'s parser (the checkout's own measurements) over ``argv``."""
+    from lab.cli import build_parser
+
+    return build_parser().parse_args(argv)
 
 
 def write_fake_run(run_dir: Path, seed: int) -> None:

@@ -185,7 +185,7 @@ def test_report_shows_the_parallel_raw_limit_against_one_process() -> None:
     [
         ["bench", "seeds", "2", "--serve"],
         ["bench", "throughput", "--chaos"],
-        ["bench", "ps", "--seeds", "2"],
+        ["bench", "atari", "--seeds", "2"],
         ["bench", "serve", "seeds"],
         ["bench"],
     ],
@@ -205,11 +205,17 @@ def test_each_measurement_has_only_its_own_flags_and_shows_their_defaults(
 ) -> None:
     from a3c_ray.bench.measure import Times
     from a3c_ray.commands.cli import main
+    from lab import cli as lab
 
     helps = {}
     for name in bench.MEASURES:
         with pytest.raises(SystemExit) as done:
             main(["bench", name, "--help"])
+        assert done.value.code == 0
+        helps[name] = " ".join(capsys.readouterr().out.split())
+    for name in lab.MEASURES:  # the checkout's own measurements: python -m lab MEASURE
+        with pytest.raises(SystemExit) as done:
+            lab.main([name, "--help"])
         assert done.value.code == 0
         helps[name] = " ".join(capsys.readouterr().out.split())
     assert (
@@ -222,3 +228,15 @@ def test_each_measurement_has_only_its_own_flags_and_shows_their_defaults(
     assert "--models" in helps["serve"] and "--config" not in helps["serve"]
     assert "--worker-every" in helps["chaos"] and "--address" not in helps["chaos"]
     assert "RUN_DIR" in helps["stability"] and "--workers" not in helps["stability"]
+
+
+@pytest.mark.parametrize("measure", ["chaos", "ps", "stability"])
+def test_the_labs_measurements_are_not_the_packages_and_say_where_they_went(
+    measure: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from a3c_ray.commands.cli import main
+
+    assert main(["bench", measure, "--seconds", "5"]) == 2
+    err = capsys.readouterr().err
+    assert f"python -m lab {measure} with the same flags" in err and "Traceback" not in err, err
+    assert measure not in bench.MEASURES

@@ -1,4 +1,4 @@
-"""The ParameterServer alone (``a3c-ray bench ps``): in process, as actors, and its flags.
+"""The ParameterServer alone (``python -m lab ps``): in process, as actors, and its flags.
 No speed is asserted here."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from a3c_ray.bench import ps_server as pm
-from a3c_ray.commands import bench
 from a3c_ray.config import Config
+from a3c_ray.errors import UsageError
+from lab import cli as lab
 
-from .bench_cli import parse
+from .bench_cli import lab_parse
 
 
 def test_parameter_server_in_process_applies_gradients() -> None:
@@ -37,7 +38,7 @@ def test_ps_scale_measures_every_shard_count_wire_and_load(
     # (and graphs), so the grid's size is the test's time; other wires and depths parse below.
     argv = ["ps", "--shards", "1,2", "--wire", "bfloat16"]
     argv += ["--pushes-in-flight", "4", "--ps-seconds", "0.3", "--seconds", "1", "--json"]
-    assert bench.run(parse(argv)) == 0
+    assert lab.run(lab_parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["params"] == 4675 and r["worker_pushes_per_second"] > 0
     keys = sorted(
@@ -67,9 +68,9 @@ def test_ps_scale_measures_every_shard_count_wire_and_load(
 
 
 def test_ps_scale_refuses_unknown_wire_dtypes_and_zero_counts() -> None:
-    with pytest.raises(SystemExit):
-        parse(["ps", "--wire", "float8"])
-    with pytest.raises(SystemExit):
-        parse(["ps", "--shards", "0,2"])
-    with pytest.raises(SystemExit):
-        parse(["ps", "--transport", "grpc"])
+    with pytest.raises(UsageError):
+        lab_parse(["ps", "--wire", "float8"])
+    with pytest.raises(UsageError):
+        lab_parse(["ps", "--shards", "0,2"])
+    with pytest.raises(UsageError):
+        lab_parse(["ps", "--transport", "grpc"])

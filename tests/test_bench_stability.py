@@ -1,4 +1,4 @@
-"""``a3c-ray bench seeds`` and ``bench stability``: whether each seed learned its target and
+"""``a3c-ray bench seeds`` and the lab's ``stability``: whether each seed learned its target and
 kept it, on Ray, in process, and from finished runs."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from a3c_ray.commands import bench, bench_stability
 from a3c_ray.config import Config
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
+from lab import cli as lab
 
-from .bench_cli import parse, write_fake_run
+from .bench_cli import lab_parse, parse, write_fake_run
 
 
 # -- stability (bench seeds) ----------------------------------------------------------------------
@@ -200,11 +201,11 @@ def test_stability_of_finished_runs_reads_their_episodes(
         write_fake_run(r, seed=i)
         (r / layout.SUMMARY).write_text(json.dumps({"env_id": "CartPole-v1", "env_steps": 5000}))
     argv = ["stability", *map(str, runs), "--target-return", "60", "--floor", "30", "--json"]
-    assert bench.run(parse(argv)) == 0
+    assert lab.run(lab_parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)
     # write_fake_run's 100th and last episode completes the first full window: mean 69.5.
     assert [x["seed"] for x in r["runs"]] == [0, 1]
     assert all(x["steps_to_target"] is not None and x["env_steps"] == 5000 for x in r["runs"])
     assert r["summary"]["reached"] == 2 and r["summary"]["floor"] == 30
     with pytest.raises(ConfigError, match="not a finished a3c-ray run"):
-        bench.run(parse(["stability", str(tmp_path / "none"), "--target-return", "1"]))
+        lab.run(lab_parse(["stability", str(tmp_path / "none"), "--target-return", "1"]))

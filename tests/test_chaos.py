@@ -1,4 +1,4 @@
-"""Chaos soaks: ``a3c-ray bench chaos`` with every kind of fault at least once.
+"""Chaos soaks: ``python -m lab chaos`` with every kind of fault at least once.
 
 CartPole on its own ``cluster/local.sh up 2`` while Workers are killed, the ParameterServer too,
 the Monitor once, and a worker node is lost (and as long again as it takes to start). The smoke
@@ -54,7 +54,7 @@ SHORT = Soak(150, 40, 60, 30, 50, 10, worker_kills=3, checkpoints=10, timeout=90
 
 def soak_goes_on_after_every_kind_of_fault_and_loses_no_checkpoint(soak: Soak, out: Path) -> None:
     command = [
-        sys.executable, "-m", "a3c_ray", "bench", "chaos", "--env", "CartPole-v1",
+        sys.executable, "-m", "lab", "chaos", "--env", "CartPole-v1",
         "--seconds", str(soak.seconds), "--worker-every", str(soak.worker_every),
         "--ps-every", str(soak.ps_every), "--monitor-at", str(soak.monitor_at),
         "--node-at", str(soak.node_at), "--node-down", str(soak.node_down),

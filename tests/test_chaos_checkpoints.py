@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from a3c_ray.bench.chaos_checkpoints import CheckpointWatch
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager, write_pointer
+from lab.chaos.checkpoints import CheckpointWatch
 from tests.test_checkpoint import make_state
 
 

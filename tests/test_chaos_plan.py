@@ -1,11 +1,16 @@
-"""When the chaos soak counts training as gone on after each kind of fault (no cluster needed)."""
+"""When the chaos soak counts training as gone on after each kind of fault, and how its command
+starts (no cluster needed)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from a3c_ray.algo.messages import Progress
-from a3c_ray.bench.chaos_plan import ChaosPlan, Fault, went_on
+from lab.chaos.plan import ChaosPlan, Fault, went_on
 
 
 def progress(env_steps: int, worker_steps: dict[int, int], ps_restarts: int = 0) -> Progress:
@@ -68,3 +73,19 @@ def test_the_schedule_keeps_the_last_seconds_free_of_faults() -> None:
     assert events == sorted(events)
     assert all(at < 120 - plan.quiet_end for at, _ in events)
     assert {kind for _, kind in events} == {"worker", "ps", "monitor", "node", "node-back"}
+
+
+def test_the_chaos_soak_talks_token_mode_on_a_machine_that_has_no_token_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The soak's own `local.sh up` makes ~/.ray/auth_token after the command starts; Ray reads
+    its auth mode once, on import, so the mode is set before, whether the token is there yet or
+    not (on a fresh machine the soak otherwise failed to attach to the cluster it had started)."""
+    from lab.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("RAY_AUTH_MODE", "unset by the test")  # restored after the test
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    assert main(["chaos", "--seconds", "-5"]) == 2
+    assert "--seconds: must be > 0" in capsys.readouterr().err
+    assert os.environ.get("RAY_AUTH_MODE") == "token"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from a3c_ray.bench import chaos_report as cr
-from a3c_ray.bench.chaos_plan import ChaosPlan
+from lab.chaos import report as cr
+from lab.chaos.plan import ChaosPlan
 
 MB = 2**20
 
@@ -184,7 +184,7 @@ def test_private_memory_is_judged_apart_from_rss() -> None:
 def test_anonymous_memory_of_a_live_process_and_of_none() -> None:
     import os
 
-    from a3c_ray.bench.cluster_probe import anonymous_rss
+    from lab.chaos.probe import anonymous_rss
 
     anon = anonymous_rss(os.getpid())
     with open(f"/proc/{os.getpid()}/statm") as f:

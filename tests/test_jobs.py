@@ -30,7 +30,7 @@ from a3c_ray.commands import submit
 from a3c_ray.errors import ConfigError
 from a3c_ray.rundir import layout
 from a3c_ray.runtime import jobs
-from a3c_ray.runtime.local_cluster import free_port_block
+from lab.local_cluster import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_SH = ROOT / "cluster" / "local.sh"

@@ -28,7 +28,7 @@ import yaml
 from a3c_ray.commands import submit
 from a3c_ray.rundir.checkpoint import load_checkpoint
 from a3c_ray.runtime import jobs
-from a3c_ray.runtime.local_cluster import LocalCluster
+from lab.local_cluster import LocalCluster
 
 from .conftest import moto_s3
 

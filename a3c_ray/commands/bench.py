@@ -8,13 +8,13 @@
   and a model of where throughput stops growing with N.
 - ``profile``: where each Worker's time goes per agent step.
 - ``atari``: an Atari config's emulator, env and training frames per second.
-- ``ps``: the ParameterServer alone under synthetic clients (``bench_ps``).
 - ``serve``: a served policy under HTTP clients (``bench_serve``).
-- ``seeds``: whether a config learns and keeps it over seeds; ``stability``: the same table of
-  finished runs (``bench_stability``).
-- ``chaos``: a run that loses actors and nodes all the time (``bench_chaos``).
+- ``seeds``: whether a config learns and keeps it over seeds (``bench_stability``).
 
-The learning curves of runs are ``a3c-ray plot``'s.
+These are what a user measures of their own machine, cluster and config. The project's own lab
+(the chaos soak over local clusters, ParameterServer shard sweeps, the stability table of
+finished runs) is ``python -m lab`` in a source checkout. The learning curves of runs are
+``a3c-ray plot``'s.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from a3c_ray.algo import choices
 from a3c_ray.bench import measure as bench_measure
 from a3c_ray.bench import throughput as bm
 from a3c_ray.bench.report import format_atari, format_profile, format_report
-from a3c_ray.commands import bench_chaos, bench_ps, bench_serve, flags
+from a3c_ray.commands import bench_serve, flags
 from a3c_ray.commands import bench_stability as bs
 from a3c_ray.config import Config
 from a3c_ray.envs.make import env_problems, resolve_policy
@@ -137,16 +137,6 @@ def add_atari(p: argparse.ArgumentParser) -> None:
     add_json(p)
 
 
-def add_ps(p: argparse.ArgumentParser) -> None:
-    add_config(p)
-    bench_ps.add_arguments(p)
-    add_seconds(p)
-    add_ps_seconds(p)
-    add_repeat(p)
-    add_ray(p)
-    add_json(p)
-
-
 def add_serve(p: argparse.ArgumentParser) -> None:
     bench_serve.add_arguments(p)
     add_repeat(p)
@@ -158,18 +148,6 @@ def add_seeds(p: argparse.ArgumentParser) -> None:
     add_config(p)
     bs.add_arguments(p)
     add_ray(p)
-    add_json(p)
-
-
-def add_stability(p: argparse.ArgumentParser) -> None:
-    bs.add_stability_arguments(p)
-    add_json(p)
-
-
-def add_chaos(p: argparse.ArgumentParser) -> None:
-    add_config(p)
-    bench_chaos.add_arguments(p)
-    bs.add_judge_arguments(p)
     add_json(p)
 
 
@@ -189,11 +167,6 @@ MEASURES: dict[str, tuple[Callable[[argparse.ArgumentParser], None], str]] = {
         "an Atari config's raw emulator and preprocessed env frames per CPU second, training in "
         "frames/s, and the CPU a Worker spends per agent step and the ParameterServer per gradient",
     ),
-    "ps": (
-        add_ps,
-        "the ParameterServer alone: synthetic clients push prepared gradients for each number of "
-        "shards, wire dtype, transport and load",
-    ),
     "serve": (
         add_serve,
         "a3c-ray serve's application under HTTP clients on loopback: batched against unbatched",
@@ -203,18 +176,11 @@ MEASURES: dict[str, tuple[Callable[[argparse.ArgumentParser], None], str]] = {
         "train seeds in turn, no target, and report whether each one reached the target and "
         "kept it",
     ),
-    "stability": (
-        add_stability,
-        "the seeds table of runs that have already finished (e.g. Ray jobs)",
-    ),
-    "chaos": (
-        add_chaos,
-        "train on a local cluster of cluster/local.sh while Workers, the ParameterServer and the "
-        "Monitor are killed and a worker node is lost, on a schedule: recoveries, checkpoints, "
-        "learning, memory",
-    ),
 }
 """Measurement -> (its flags, its help)."""
+
+IN_THE_LAB = ("chaos", "ps", "stability")
+"""Measurements of a3c-ray itself, run from a source checkout as ``python -m lab MEASURE``."""
 
 
 class _Moved(argparse.Action):
@@ -222,6 +188,17 @@ class _Moved(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, *_: object, **__: object) -> None:
         parser.error("--plot-runs is now its own command: a3c-ray plot RUN_DIR... [--out DIR]")
+
+
+class _InTheLab(argparse.Action):
+    """A measurement that moved to the project's lab: a usage error that says where it went."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object, **__: object) -> None:
+        measure = parser.prog.rsplit(" ", 1)[-1]
+        parser.error(
+            "moved to the project's lab: from a source checkout of a3c-ray, run "
+            f"python -m lab {measure} with the same flags"
+        )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -235,6 +212,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             formatter_class=flags.HelpFormatter,
         )
         add(m)
+    for name in IN_THE_LAB:  # not listed: their parsers only say where they went
+        lab = sub.add_parser(name, add_help=False, formatter_class=flags.HelpFormatter)
+        lab.add_argument("words", nargs=argparse.REMAINDER, action=_InTheLab)
 
 
 def config_of(args: argparse.Namespace) -> Config:
@@ -304,16 +284,12 @@ def throughput(cfg: Config, args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.measure == "stability":
-        return bs.read_stability(args)
     if args.measure == "serve":
         return bench_serve.run(args)
     measure_of_config: dict[str, Callable[[Config, argparse.Namespace], int]] = {
         "throughput": throughput,
         "profile": profile,
         "atari": atari,
-        "ps": bench_ps.run_ps_scale,
         "seeds": bs.run_stability,
-        "chaos": bench_chaos.run,
     }
     return measure_of_config[args.measure](config_of(args), args)

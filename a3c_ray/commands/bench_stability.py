@@ -29,8 +29,6 @@ from a3c_ray.bench.stability_score import (
 )
 from a3c_ray.commands import flags
 from a3c_ray.config import Config
-from a3c_ray.errors import ConfigError
-from a3c_ray.rundir import layout
 
 
 def train_seed(cfg: Config, seed: int, run_dir: Path) -> None:
@@ -140,7 +138,7 @@ def measure_on_ray(
     return report(cfg, results, target, floor, in_process=False)
 
 
-# -- the command line: `a3c-ray bench seeds ...` and `bench stability ...` ---------------------
+# -- the command line: `a3c-ray bench seeds ...` ------------------------------------------------
 def add_judge_arguments(p: argparse.ArgumentParser) -> None:
     """``--target-return`` and ``--floor``: what counts as learned, and as kept."""
     p.add_argument(
@@ -203,18 +201,6 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
     )
 
 
-def add_stability_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of ``bench stability``: finished runs, judged as ``bench seeds`` judges its own."""
-    p.add_argument(
-        "stability_of",
-        nargs="+",
-        type=Path,
-        metavar="RUN_DIR",
-        help="finished runs (e.g. Ray jobs), read as bench seeds reads its own",
-    )
-    add_judge_arguments(p)
-
-
 def _seeds(text: str) -> int | list[int]:
     """A count of seeds (``10``) or the seeds themselves (``3,21,23``)."""
     try:
@@ -270,20 +256,6 @@ def stability_target(cfg: Config, args: argparse.Namespace) -> float | None:
     except gymnasium.error.Error:
         return None
     return None if threshold is None else float(threshold)
-
-
-def read_stability(args: argparse.Namespace) -> int:
-    """``bench stability RUN_DIR...``: the stability table of runs that have already finished."""
-    runs = [read_run(Path(d)) for d in args.stability_of]
-    cfg = Config.load(Path(args.stability_of[0]) / layout.CONFIG)
-    target = stability_target(cfg, args)
-    if target is None:
-        raise ConfigError([f"bench stability needs --target-return: {cfg.env.id} sets none"])
-    floor = default_floor(target, args.floor)
-    results = [result_of(r, target, floor) for r in runs]
-    out = report(cfg, results, target, floor, in_process=False)
-    print(json.dumps(out) if args.json else format_stability(out))
-    return 0
 
 
 def run_stability(cfg: Config, args: argparse.Namespace) -> int:

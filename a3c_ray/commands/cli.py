@@ -39,7 +39,7 @@ MODULE_COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("a3c_ray.commands.submit", "run a3c-ray train as a Ray job on a cluster"),
     "bench": (
         "a3c_ray.commands.bench",
-        "measure this machine: throughput, profile, atari, ps, serve, seeds, stability or chaos",
+        "measure this machine: throughput, profile, atari, serve or seeds",
     ),
     "plot": ("a3c_ray.commands.plot", "draw the learning curves of training runs as PNG files"),
     "tune": ("a3c_ray.commands.tune", "search hyperparameters with Ray Tune, each trial a run"),
@@ -150,16 +150,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = list(sys.argv[1:] if argv is None else argv)
         command = next((w for w in words if not w.startswith("-")), None)
         local = command in ("status", "scale") and on_this_machine(flag_value(words, "--address"))
-        chaos = command == "bench" and "chaos" in words[words.index("bench") + 1 :][:1]
-        if local or chaos:  # bench chaos: its own local cluster
+        if local:
             # Before Ray is first imported (with the command's module): Ray then keeps loopback
             # addresses as they are instead of rewriting them to this machine's interface
             # address, where an embedded Ray does not listen.
             os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
             # Ray's local clusters require the token that `ray start` and `ray.init` made; its
-            # clients send it only in token mode. The chaos soak's own `local.sh up` makes the
-            # token when there is none yet, after this point.
-            if chaos or (Path.home() / ".ray" / "auth_token").is_file():
+            # clients send it only in token mode.
+            if (Path.home() / ".ray" / "auth_token").is_file():
                 os.environ.setdefault("RAY_AUTH_MODE", "token")
         args = build_parser(command).parse_args(words)
         if args.command in MODULE_COMMANDS:

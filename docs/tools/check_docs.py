@@ -1,6 +1,7 @@
-"""The docs say what runs: every ``a3c-ray ...`` command line in README.md, docs/*.md and the
-experiment logs in docs/log/ parses with the real command-line interface, and every link and
-image path resolves.
+"""The docs say what runs: every ``a3c-ray ...`` command line in README.md, lab/README.md,
+docs/*.md and the experiment logs in docs/log/ parses with the real command-line interface, as
+every ``python -m lab ...`` line (the checkout's own measurements) parses with the lab's, and
+every link and image path resolves.
 
     python docs/tools/check_docs.py        # what `make lint` runs; exit 1 with one line per problem
 
@@ -19,18 +20,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMAND = re.compile(r"^\s*(?:\$\s+)?(?:a3c-ray|python -m a3c_ray)\s")
+CHECKOUT = ROOT
+"""The checkout this script is in, whose ``lab`` package parses the ``python -m lab`` lines."""
+COMMAND = re.compile(r"^\s*(?:\$\s+)?(?:a3c-ray|python -m a3c_ray|python -m lab)\s")
+LAB = ["python", "-m", "lab"]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|^[A-Z][A-Z0-9_]*(?:=.*)?$")
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
-    docs = root / "docs"
-    return [root / "README.md", *sorted(docs.glob("*.md")), *sorted(docs.glob("log/*.md"))]
+    docs, lab = root / "docs", root / "lab" / "README.md"
+    return [
+        root / "README.md",
+        *([lab] if lab.is_file() else []),
+        *sorted(docs.glob("*.md")),
+        *sorted(docs.glob("log/*.md")),
+    ]
 
 
 def command_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, command) of each ``a3c-ray`` line inside the fenced code blocks of ``text``,
+    """(line number, command) of each ``a3c-ray`` or ``python -m lab`` line inside the fenced code blocks of ``text``,
     with continuation lines joined and a trailing ``# comment`` removed."""
     lines = text.splitlines()
     fenced = False
@@ -65,7 +74,7 @@ def words(command: str) -> list[str] | None:
         parts = shlex.split(command)
     except ValueError:
         return None
-    parts = parts[3:] if parts[:3] == ["python", "-m", "a3c_ray"] else parts[1:]
+    parts = parts[3:] if parts[:3] in (["python", "-m", "a3c_ray"], LAB) else parts[1:]
     cut = next((k for k, w in enumerate(parts) if w in ("|", "&", "&&", ";", ">", "2>&1")), None)
     parts = parts[:cut] if cut is not None else parts
     if any(PLACEHOLDER.search(w) for w in parts):
@@ -73,15 +82,19 @@ def words(command: str) -> list[str] | None:
     return parts
 
 
-def parse_problem(argv: list[str]) -> str | None:
-    """Why the real parser refuses ``argv``, or None when it parses."""
+def parse_problem(argv: list[str], lab: bool = False) -> str | None:
+    """Why the real parser refuses ``argv`` (the lab's with ``lab``), or None when it parses."""
     from a3c_ray.commands.cli import build_parser
     from a3c_ray.errors import UsageError
 
     command = next((w for w in argv if not w.startswith("-")), None)
+    if lab:
+        if str(CHECKOUT) not in sys.path:
+            sys.path.insert(0, str(CHECKOUT))  # the lab is the checkout's, never installed
+        from lab.cli import build_parser as build_lab_parser
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # --help and --version print
-            build_parser(command).parse_args(argv)
+            (build_lab_parser() if lab else build_parser(command)).parse_args(argv)
     except UsageError as e:
         return str(e)
     except SystemExit:  # --help and the like print and exit: they parse
@@ -111,7 +124,7 @@ def problems(root: Path = ROOT) -> tuple[list[str], int]:
             if argv is None:
                 continue
             checked += 1
-            problem = parse_problem(argv)
+            problem = parse_problem(argv, lab=shlex.split(command)[:3] == LAB)
             if problem:
                 found.append(f"{path.relative_to(root)}:{n}: `{command}`: {problem}")
     return found, checked

@@ -1,4 +1,4 @@
-"""``a3c-ray bench ps``: the ParameterServer alone at scale.
+"""``python -m lab ps``: the ParameterServer alone at scale, its shards, wires and transports.
 
 Synthetic clients push prepared gradients of the config's model size (no env, no backward) to the
 ParameterServer's shard actors, keeping 1, 8, 32 or 128 pushes in flight, for each number of
@@ -161,7 +161,7 @@ def ps_scale(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
 
 def format_table(r: dict[str, Any]) -> str:
     lines = [
-        f"a3c-ray bench ps: {r['env']}, {r['params']:,} parameters, {r['cpus']} CPUs; "
+        f"python -m lab ps: {r['env']}, {r['params']:,} parameters, {r['cpus']} CPUs; "
         f"load average {r['loadavg_before']:.1f} before, {r['loadavg_after']:.1f} after; "
         f"medians of {r['repeat']} run(s) of {r['seconds_per_row']:g} s, {r['clients']} clients",
         f"one Worker of this config pushes {r['worker_pushes_per_second']:.1f}/s "

@@ -1,4 +1,4 @@
-"""The figures of a chaos soak (``a3c-ray bench chaos``), from its record alone: faults and
+"""The figures of a chaos soak (``python -m lab chaos``), from its record alone: faults and
 recoveries, checkpoints, dropped gradients, the learning result and each actor's memory over time;
 as a table, a JSON file and a plot. Nothing here imports Ray."""
 
@@ -274,7 +274,7 @@ def plot_memory(record: dict[str, Any], path: Path, title: str) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ConfigError(
-            ["bench chaos needs matplotlib for its plot: pip install matplotlib"]
+            ["the chaos soak needs matplotlib for its plot: pip install matplotlib"]
         ) from None
     by_process: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for row in record["memory"]:

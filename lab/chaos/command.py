@@ -1,4 +1,4 @@
-"""``a3c-ray bench chaos``: the chaos soak (``a3c_ray.bench.chaos``), its flags, its files and its table.
+"""``python -m lab chaos``: the chaos soak (``lab.chaos.soak``), its flags, its files and its table.
 
 It trains the config under test as a Ray job on a cluster of ``cluster/local.sh`` that it starts
 and stops itself, for ``--seconds`` of training, while it kills Workers, the
@@ -18,10 +18,10 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from a3c_ray.bench import chaos_report
-from a3c_ray.bench.chaos_plan import ChaosPlan
 from a3c_ray.config import Config
 from a3c_ray.errors import EXIT_FAILURE, EXIT_OK, ConfigError
+from lab.chaos import report as chaos_report
+from lab.chaos.plan import ChaosPlan
 
 NEVER_STEPS = 10**12
 """The soak's step budget: its time limit is what ends it."""
@@ -169,16 +169,16 @@ def train_config(cfg: Config, run_dir: Path, workers: int, seconds: float) -> Co
 
 
 def run(cfg: Config, args: argparse.Namespace) -> int:
-    from a3c_ray.bench import chaos
     from a3c_ray.commands.bench_stability import stability_target
     from a3c_ray.commands.submit import build_entrypoint, build_runtime_env
-    from a3c_ray.runtime.local_cluster import SCRIPT
+    from lab.chaos import soak as chaos
+    from lab.local_cluster import SCRIPT
 
     plan = plan_of(args, cfg.run.seed)
     target = stability_target(cfg, args)
     if target is None:
         raise ConfigError(
-            [f"bench chaos needs --target-return: neither the config nor {cfg.env.id} sets one"]
+            [f"chaos needs --target-return: neither the config nor {cfg.env.id} sets one"]
         )
     floor = args.floor if args.floor is not None else 2 * target / 3
     workers = getattr(args, "run.workers") or plan.worker_nodes

@@ -1,7 +1,7 @@
 """The chaos soak: a run trained for a fixed time on a local multi-node cluster while faults arrive
 all the time, and what the run does about each of them.
 
-``a3c-ray bench chaos`` (``commands/bench_chaos.py``) drives it. It starts a cluster of
+``python -m lab chaos`` (``lab/chaos/command.py``) drives it. It starts a cluster of
 ``cluster/local.sh`` (a head for the ParameterServer and the Monitor, one-CPU worker nodes for the
 Workers), submits ``a3c-ray train --resume auto`` as a Ray job through the Jobs SDK, attaches to
 the cluster, and on a fixed schedule, counted from the run's first env steps:
@@ -18,7 +18,7 @@ loads every checkpoint the ``latest`` pointer names as soon as it names it, and 
 ``sample_every`` seconds samples each actor's resident memory: which actors run, their processes
 and restarts from Ray's state API (``list_actors``), each process's RSS from the per-actor process
 stats the dashboard's agents gather on every node (what the dashboard's Actors page shows), and its
-anonymous part from ``/proc`` (``cluster_probe``).
+anonymous part from ``/proc`` (``lab.chaos.probe``).
 
 "Training goes on" after a fault means: a killed Worker's slot pushes env steps again; a restarted
 ParameterServer's env steps grow past those it restored; the restarted Monitor writes a
@@ -40,9 +40,6 @@ from typing import Any, cast
 import ray
 
 from a3c_ray.algo.messages import Progress
-from a3c_ray.bench.chaos_checkpoints import CheckpointWatch
-from a3c_ray.bench.chaos_plan import ChaosPlan, Fault, SoakResult, went_on
-from a3c_ray.bench.cluster_probe import actor_memory, attach, worker_hosts
 from a3c_ray.rundir import layout
 from a3c_ray.runtime.actors import shard_name
 from a3c_ray.runtime.jobs import (
@@ -53,8 +50,11 @@ from a3c_ray.runtime.jobs import (
     submit,
 )
 from a3c_ray.runtime.live import live_runs
-from a3c_ray.runtime.local_cluster import LocalCluster
 from a3c_ray.runtime.remote import NAMESPACE
+from lab.chaos.checkpoints import CheckpointWatch
+from lab.chaos.plan import ChaosPlan, Fault, SoakResult, went_on
+from lab.chaos.probe import actor_memory, attach, worker_hosts
+from lab.local_cluster import LocalCluster
 
 log = logging.getLogger("a3c_ray")
 

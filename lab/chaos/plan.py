@@ -1,6 +1,6 @@
 """The chaos soak's plan (what it does and when) and its records (each fault and its recovery, the
-soak's result) and when training went on after a fault, without Ray: ``bench.chaos`` runs a plan,
-``bench.chaos_report`` reads a result."""
+soak's result) and when training went on after a fault, without Ray: ``lab.chaos.soak`` runs a plan,
+``lab.chaos.report`` reads a result."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from a3c_ray.algo.messages import Progress
-from a3c_ray.bench.chaos_checkpoints import CheckpointSeen
+from lab.chaos.checkpoints import CheckpointSeen
 
 
 @dataclass
@@ -87,7 +87,7 @@ class SoakResult:
 
 
 def went_on(f: Fault, p: Progress, now: float, latest_checkpoint: str | None) -> bool:
-    """Has training gone on after fault ``f`` (``bench.chaos``'s docstring says what that means),
+    """Has training gone on after fault ``f`` (``lab.chaos.soak``'s docstring says what that means),
     seen at ``now`` in progress ``p``, with ``latest_checkpoint`` the one the run names now? Notes
     what it saw on the way in ``f.detail``; a node loss is over once all its Workers are back."""
     d = f.detail

@@ -19,14 +19,14 @@ from typing import Any
 import ray
 
 from a3c_ray.runtime.jobs import auth_headers
-from a3c_ray.runtime.local_cluster import LocalCluster
 from a3c_ray.runtime.remote import NAMESPACE
+from lab.local_cluster import LocalCluster
 
 
 def attach(address: str) -> None:
     """Connect this process to the local cluster at ``address`` as a driver on its head."""
     # local.sh's clusters want the token, which Ray sends in token mode only; Ray reads the mode
-    # once, when it is imported (``a3c-ray bench chaos`` sets it before).
+    # once, when it is imported (``python -m lab chaos`` sets it before).
     if os.environ.get("RAY_AUTH_MODE") != "token":
         raise RuntimeError(
             "attaching to a local.sh cluster needs RAY_AUTH_MODE=token before Ray is imported"

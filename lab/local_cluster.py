@@ -16,7 +16,7 @@ from pathlib import Path
 
 from a3c_ray.errors import ConfigError
 
-SCRIPT = Path(__file__).resolve().parents[2] / "cluster" / "local.sh"
+SCRIPT = Path(__file__).resolve().parents[1] / "cluster" / "local.sh"
 """The script, in a source checkout of a3c-ray (an installed wheel does not ship it)."""
 COMMAND_TIMEOUT = 300.0
 """Seconds for one local.sh command: on a loaded machine each node takes 20-60 s to start."""
