@@ -91,8 +91,10 @@ def connect(
     # sees to that); the dashboard binds to ``dashboard_host``.
     port = pick_dashboard_port(dashboard_host, dashboard_port)
     # The actors import what this process imports from its working directory too (an env given as
-    # ``module:Class``): Ray's processes inherit this environment.
-    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # ``module:Class``): Ray's processes inherit this environment when they start, in ray.init, and
+    # this process gets its own back after it.
+    before = os.environ.get("PYTHONPATH")
+    path = [p for p in (before or "").split(os.pathsep) if p]
     if os.getcwd() not in path:
         os.environ["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *path])
     try:
@@ -110,6 +112,11 @@ def connect(
         ray.shutdown()
         hint = "" if dashboard_port is None else " (choose another --dashboard-port, or omit it)"
         raise ConfigError([f"cannot start Ray: {one_line(e)}{hint}"]) from None
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
     taken = dashboard_port is None and port != DEFAULT_DASHBOARD_PORT
     url = f"http://{'[' + dashboard_host + ']' if ':' in dashboard_host else dashboard_host}:{port}"
     print(
