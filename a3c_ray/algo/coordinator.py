@@ -9,6 +9,7 @@ shards do not hold one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
@@ -17,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from a3c_ray.algo.messages import GradientPush, Progress, RunDecisions
+from a3c_ray.algo.messages import GradientPush, Progress, RunDecisions, ShardCounts
+from a3c_ray.algo.stats import Staleness
 from a3c_ray.config import RunConfig
 
 STOP_TARGET, STOP_MAX_STEPS, STOP_TIME_LIMIT = "target", "max_steps", "time_limit"
@@ -35,8 +37,7 @@ class Coordinator:
         self.worker_steps: dict[int, int] = {}
         self.episodes = 0
         self.recent_returns: deque[float] = deque(maxlen=100)
-        self.staleness_sum = 0
-        self.staleness_max = 0
+        self.staleness = Staleness()
         self.train_seconds_before = 0.0  # carried over from a resumed run
         self.t_first: float | None = None
         self.t_stop: float | None = None  # when the stop was decided: training time ends there
@@ -60,8 +61,7 @@ class Coordinator:
         """A gradient applied; the first starts the training clock."""
         if self.t_first is None:
             self.t_first = time.monotonic()
-        self.staleness_sum += staleness
-        self.staleness_max = max(self.staleness_max, staleness)
+        self.staleness.add(staleness)
 
     # -- the stop policy -----------------------------------------------------------------------
     def check_stop(self, env_steps: int) -> None:
@@ -106,6 +106,45 @@ class Coordinator:
             target is not None
             and len(self.recent_returns) == self.recent_returns.maxlen
             and self.mean_return_100() >= target
+        )
+
+    @property
+    def staleness_sum(self) -> int:
+        return self.staleness.sum
+
+    @property
+    def staleness_max(self) -> int:
+        return self.staleness.max
+
+    def progress(
+        self,
+        shard: ShardCounts,
+        gradients_dropped: int,
+        ps_restarts: int,
+        restored_from: str | None,
+    ) -> Progress:
+        """The run's counters at this moment, with those of the coordinating shard (``shard``:
+        its version, env steps and gradients, which every shard counts alike)."""
+        # The time limit is reached between pushes too: when every Worker is stuck or unplaced,
+        # the driver's polling is what stops the run.
+        self.check_stop(shard.env_steps)
+        return Progress(
+            **dataclasses.asdict(shard),
+            gradients_dropped=gradients_dropped,
+            env_restarts=self.env_restarts,
+            ps_restarts=ps_restarts,
+            restored_from=restored_from,
+            worker_steps=dict(self.worker_steps),
+            desired_workers=self.desired_workers,
+            episodes=self.episodes,
+            mean_return_100=self.mean_return_100(),
+            staleness_mean=self.staleness.mean(max(shard.gradients_applied, 1)) or 0.0,
+            staleness_max=self.staleness.max,
+            train_seconds=self.train_seconds(),
+            stop_reason=self.stop_reason,
+            steps_to_target=self.steps_to_target,
+            seconds_to_target=self.seconds_to_target,
+            worker_restarts=self.worker_restarts,
         )
 
     def mean_return_100(self) -> float:
@@ -163,8 +202,8 @@ class Coordinator:
             "train_seconds": self.train_seconds(),
             "env_restarts": self.env_restarts,
             "worker_restarts": self.worker_restarts,
-            "staleness_sum": self.staleness_sum,
-            "staleness_max": self.staleness_max,
+            "staleness_sum": self.staleness.sum,
+            "staleness_max": self.staleness.max,
             "worker_steps": dict(self.worker_steps),
         }
 
@@ -174,8 +213,9 @@ class Coordinator:
         self.train_seconds_before = float(state.get("train_seconds", 0.0))
         self.env_restarts = int(state.get("env_restarts", 0))
         self.worker_restarts = int(state.get("worker_restarts", 0))
-        self.staleness_sum = int(state.get("staleness_sum", 0))
-        self.staleness_max = int(state.get("staleness_max", 0))
+        self.staleness = Staleness(
+            int(state.get("staleness_sum", 0)), int(state.get("staleness_max", 0))
+        )
         self.worker_steps = {int(k): int(v) for k, v in state.get("worker_steps", {}).items()}
 
 

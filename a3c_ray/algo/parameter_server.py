@@ -14,7 +14,6 @@ keeps the run's counters, its stop decision and its scaling; the other shards ha
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import uuid
 from typing import Any
@@ -237,28 +236,8 @@ class ParameterServer:
 
     def progress(self) -> Progress:
         """The run's counters at this moment (the coordinator's)."""
-        run = self.coordinator
-        # The time limit is reached between pushes too: when every Worker is stuck or unplaced,
-        # the driver's polling is what stops the run.
-        run.check_stop(self.env_steps)
-        n = max(self.gradients_applied, 1)
-        return Progress(
-            **dataclasses.asdict(self.counts()),
-            gradients_dropped=self.gradients_dropped(),
-            env_restarts=run.env_restarts,
-            ps_restarts=self.restarts,
-            restored_from=self.restored_from,
-            worker_steps=dict(run.worker_steps),
-            desired_workers=run.desired_workers,
-            episodes=run.episodes,
-            mean_return_100=run.mean_return_100(),
-            staleness_mean=run.staleness_sum / n,
-            staleness_max=run.staleness_max,
-            train_seconds=run.train_seconds(),
-            stop_reason=run.stop_reason,
-            steps_to_target=run.steps_to_target,
-            seconds_to_target=run.seconds_to_target,
-            worker_restarts=run.worker_restarts,
+        return self.coordinator.progress(
+            self.counts(), self.gradients_dropped(), self.restarts, self.restored_from
         )
 
     def drain_stats(self) -> WindowStats:

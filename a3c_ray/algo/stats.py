@@ -1,4 +1,5 @@
-"""Training statistics gathered by the ParameterServer between two reads of the Monitor."""
+"""Training statistics gathered by the ParameterServer between two reads of the Monitor, and the
+one accounting of gradient staleness (``Staleness``), which the run's counters use too."""
 
 from __future__ import annotations
 
@@ -30,6 +31,26 @@ class WindowStats:
     """Mean of each loss term and timing the Workers reported."""
 
 
+@dataclass
+class Staleness:
+    """How stale the applied gradients were: for each, the server's version when it applied it less
+    the version of the weights it was computed from. Their sum and the largest; a mean over any
+    count follows. The run's (``Coordinator``, kept in checkpoints) and each window's between two
+    reads of the Monitor (``Window``) are both this."""
+
+    sum: int = 0
+    max: int = 0
+
+    def add(self, staleness: int) -> None:
+        """One gradient applied ``staleness`` versions after its weights."""
+        self.sum += staleness
+        self.max = max(self.max, staleness)
+
+    def mean(self, updates: int) -> float | None:
+        """The mean over ``updates`` gradients applied; None when there were none."""
+        return self.sum / updates if updates else None
+
+
 class Window:
     """Sums over the pushes and updates between two drains."""
 
@@ -38,8 +59,7 @@ class Window:
         self.episodes: list[tuple[int, float, int]] = []
         self.pushes = 0
         self.updates = 0
-        self.staleness_sum = 0
-        self.staleness_max = 0
+        self.staleness = Staleness()
         self.grad_norm_sum = 0.0
         self.update_norm_sum = 0.0
         self.update_norms = 0
@@ -58,8 +78,7 @@ class Window:
         if update_norm is not None:
             self.update_norm_sum += update_norm
             self.update_norms += 1
-        self.staleness_sum += staleness
-        self.staleness_max = max(self.staleness_max, staleness)
+        self.staleness.add(staleness)
         self.grad_norm_sum += grad_norm
 
     def summary(self, env_steps: int, version: int, lr: float | None = None) -> WindowStats:
@@ -73,8 +92,8 @@ class Window:
             pushes=self.pushes,
             updates=self.updates,
             updates_per_second=self.updates / seconds,
-            staleness_mean=self.staleness_sum / updates if self.updates else None,
-            staleness_max=self.staleness_max if self.updates else None,
+            staleness_mean=self.staleness.mean(self.updates),
+            staleness_max=self.staleness.max if self.updates else None,
             grad_norm=self.grad_norm_sum / updates if self.updates else None,
             update_norm=self.update_norm_sum / self.update_norms if self.update_norms else None,
             lr=lr,

@@ -15,13 +15,15 @@ divided by the number of Workers, it is how much of a bare emulator each Worker'
 ``costs`` measures, in one process and in CPU time (so that a busy machine skews it little), what
 one agent step costs a Worker and what one push costs the ParameterServer; from them follow the
 frames/s one Worker core can give and the most the one ParameterServer can take.
+
+These are the pieces; ``measure.atari`` measures a config with them, on the one measure's
+settings (``measure.Times``), as ``a3c-ray bench atari``.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ import numpy as np
 from a3c_ray.config import Config, EnvConfig, PSConfig
 from a3c_ray.envs.atari import FRAME_SKIP
 from a3c_ray.envs.make import make_env, register_extra_envs
+from a3c_ray.rundir.summary import RunSummary
 
 
 @dataclass
@@ -49,6 +52,35 @@ class AtariBench:
     env_steps: int
     gradient_updates: int
     costs: Costs | None = None
+
+    @classmethod
+    def of(
+        cls,
+        cfg: Config,
+        raw: float,
+        pre: float,
+        summary: RunSummary,
+        costs: Costs | None,
+    ) -> AtariBench:
+        """The figures of ``cfg``: its bare emulator's and preprocessed env's frames per CPU
+        second, its training run's summary, and its in-process ``costs`` where measured."""
+        secs = float(summary.get("train_seconds") or 0.0)
+        steps = int(summary.get("env_steps") or 0)
+        sps = steps / secs if secs > 0 else 0.0
+        return cls(
+            env_id=cfg.env.id,
+            workers=cfg.run.workers or 1,
+            num_envs=cfg.env.num_envs,
+            lstm=cfg.model.lstm,
+            raw_ale_fps=raw,
+            env_fps=pre,
+            train_fps=sps * FRAME_SKIP,
+            train_steps_per_second=sps,
+            train_seconds=secs,
+            env_steps=steps,
+            gradient_updates=int(summary.get("gradient_updates") or 0),
+            costs=costs,
+        )
 
     @property
     def ratio(self) -> float:
@@ -169,46 +201,3 @@ def atari_config(cfg: Config, seconds: float, run_dir: Path) -> Config:
     out.monitor.eval_every = 10 * seconds + 60
     out.monitor.eval_episodes = 1
     return out
-
-
-def atari_throughput(
-    cfg: Config,
-    seconds: float = 60.0,
-    cost_seconds: float = 0.0,
-    address: str | None = None,
-    dashboard_port: int | None = None,
-) -> AtariBench:
-    """Raw emulator and preprocessed env speeds, then ``seconds`` of training ``cfg`` on Ray, and
-    with ``cost_seconds`` > 0 the in-process ``costs`` of the same config.
-
-    Uses the Ray this process is connected to, else the cluster at ``address``, else an embedded
-    one started (and shut down) here; the run directory is temporary.
-    """
-    from a3c_ray.runtime.cluster import session
-    from a3c_ray.runtime.session import train
-
-    raw = raw_ale_fps(cfg.env.id)
-    with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
-        run_cfg = atari_config(cfg, seconds, Path(tmp) / "run")
-        pre = env_fps(run_cfg.env)
-        cost = costs(run_cfg, cost_seconds) if cost_seconds > 0 else None
-        with session(run_cfg, run_cfg.run.workers or 1, address, dashboard_port):
-            summary = train(run_cfg, address=address).summary
-    secs = float(summary.get("train_seconds") or 0.0)
-    steps = int(summary.get("env_steps") or 0)
-    sps = steps / secs if secs > 0 else 0.0
-    workers = run_cfg.run.workers or 1
-    return AtariBench(
-        env_id=cfg.env.id,
-        workers=workers,
-        num_envs=cfg.env.num_envs,
-        lstm=cfg.model.lstm,
-        raw_ale_fps=raw,
-        env_fps=pre,
-        train_fps=sps * FRAME_SKIP,
-        train_steps_per_second=sps,
-        train_seconds=secs,
-        env_steps=steps,
-        gradient_updates=int(summary.get("gradient_updates") or 0),
-        costs=cost,
-    )

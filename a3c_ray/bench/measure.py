@@ -1,6 +1,7 @@
 """One measure for ``a3c-ray bench``: the raw limit, the ParameterServer and training runs of a
-config, repeated and reduced to medians (``measure``), or where an agent step's time goes
-(``profile``), with the machine they ran on.
+config, repeated and reduced to medians (``measure``), where an agent step's time goes
+(``profile``), or an Atari config's emulator, env and training frames per second (``atari``), with
+the machine they ran on, all on one set of settings (``Times``).
 
 Every figure comes from ``throughput`` (runs on Ray) and ``ps_server`` (the ParameterServer
 alone); ``report`` prints them.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,9 @@ class Times:
     """Pushes each client keeps in flight to the ParameterServer actor."""
     repeat: int = 1
     """Runs of every measurement; the report gives their medians."""
+    cost_seconds: float = 10.0
+    """Of the in-process CPU costs of an Atari Worker's agent step and of the ParameterServer's
+    push (``atari``); 0 skips them."""
     address: str | None = None
     """Ray cluster to attach to; None starts an embedded Ray."""
     dashboard_port: int | None = None
@@ -149,6 +154,23 @@ def profile(cfg: Config, t: Times) -> dict[str, Any]:
         "ps_us_per_step": ps["us_per_application"] / steps_per_push,
         "network": throughput.network_costs(cfg),
     }
+
+
+def atari(cfg: Config, t: Times) -> dict[str, Any]:
+    """An Atari config's bare emulator and preprocessed env frames per CPU second, ``t.seconds``
+    of training on Ray (no evaluation competing), and with ``t.cost_seconds`` > 0 the in-process
+    costs of a Worker and the ParameterServer (``bench.atari``); the run directory is temporary."""
+    from a3c_ray.bench import atari as parts
+    from a3c_ray.runtime.session import train
+
+    raw = parts.raw_ale_fps(cfg.env.id)
+    with tempfile.TemporaryDirectory(prefix="a3c-bench-") as tmp:
+        run_cfg = parts.atari_config(cfg, t.seconds, Path(tmp) / "run")
+        pre = parts.env_fps(run_cfg.env)
+        cost = parts.costs(run_cfg, t.cost_seconds) if t.cost_seconds > 0 else None
+        with cluster.session(run_cfg, run_cfg.run.workers or 1, t.address, t.dashboard_port):
+            summary = train(run_cfg, address=t.address).summary
+    return parts.AtariBench.of(run_cfg, raw, pre, summary, cost).to_dict()
 
 
 def bare_emulator_fps(cfg: Config, seconds: float) -> float:

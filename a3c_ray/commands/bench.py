@@ -130,7 +130,7 @@ def add_atari(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cost-seconds",
         type=float,
-        default=10.0,
+        default=T.cost_seconds,
         help="seconds of the in-process cost measurement; 0 skips it",
     )
     add_ray(p)
@@ -248,7 +248,7 @@ def times(args: argparse.Namespace) -> bench_measure.Times:
     """The flags of ``bench_measure.Times`` that this measurement has; its defaults elsewhere."""
     given = {
         name: getattr(args, name)
-        for name in ("seconds", "raw_seconds", "ps_seconds", "in_flight", "repeat")
+        for name in ("seconds", "raw_seconds", "ps_seconds", "in_flight", "repeat", "cost_seconds")
         if hasattr(args, name)
     }
     return bench_measure.Times(**given, address=args.address, dashboard_port=args.dashboard_port)
@@ -256,16 +256,13 @@ def times(args: argparse.Namespace) -> bench_measure.Times:
 
 def atari(cfg: Config, args: argparse.Namespace) -> int:
     """``bench atari``: emulator, env and training frames per second of an Atari config."""
-    from a3c_ray.bench.atari import atari_throughput
     from a3c_ray.envs.make import is_atari
 
     if not is_atari(cfg.env.id):
         raise ConfigError([f"bench atari: {cfg.env.id} is not an Atari env (give --config pong)"])
     if args.cost_seconds < 0:
         raise ConfigError(["--cost-seconds: must be >= 0"])
-    report = atari_throughput(
-        cfg, args.seconds, args.cost_seconds, args.address, args.dashboard_port
-    ).to_dict()
+    report = bench_measure.atari(cfg, times(args))
     print(json.dumps(report) if args.json else format_atari(report))
     return 0
 
