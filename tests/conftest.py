@@ -63,14 +63,27 @@ def no_ray_unless_marked(request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail("this test started Ray: mark it with @pytest.mark.ray or keep Ray out of it")
 
 
+def init_local_ray(**kwargs: Any) -> Any:
+    """``ray.init(address="local", **kwargs)``, once more if the node did not register within
+    Ray's fixed 30 s (a machine busy with other work can take longer to start a raylet)."""
+    import ray
+
+    try:
+        return ray.init(address="local", **kwargs)
+    except Exception as e:
+        if "timed out during startup" not in str(e):
+            raise
+        ray.shutdown()
+        return ray.init(address="local", **kwargs)
+
+
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
     """A local Ray for the tests of one module (modules with a multi-node cluster start their own)."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(
-            address="local",  # a new Ray, even where a `ray start` cluster runs on this machine
+        init_local_ray(  # a new Ray, even where a `ray start` cluster runs on this machine
             num_cpus=4,
             include_dashboard=False,
             logging_level="WARNING",

@@ -21,7 +21,7 @@ from a3c_ray.config import RunConfig
 from a3c_ray.rundir import layout
 from a3c_ray.runtime.session import train
 
-from .conftest import free_port, named_actor, small_config, wait_for
+from .conftest import free_port, init_local_ray, named_actor, small_config, wait_for
 from .test_train_ray import read_tags
 
 pytestmark = pytest.mark.ray
@@ -31,8 +31,7 @@ pytestmark = pytest.mark.ray
 def ray_with_dashboard() -> Iterator[dict[str, Any]]:
     assert not ray.is_initialized()
     port = free_port()
-    ctx = ray.init(
-        address="local",  # a new Ray, even where a `ray start` cluster runs on this machine
+    ctx = init_local_ray(  # a new Ray, even where a `ray start` cluster runs on this machine
         num_cpus=4,
         include_dashboard=True,
         dashboard_port=free_port(),

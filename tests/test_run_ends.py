@@ -25,7 +25,7 @@ from a3c_ray.rundir.checkpoint import load_checkpoint
 from a3c_ray.runtime import live
 from a3c_ray.runtime.session import train
 
-from .conftest import free_port, small_config, wait_for
+from .conftest import free_port, init_local_ray, small_config, wait_for
 
 pytestmark = pytest.mark.ray
 
@@ -36,8 +36,7 @@ def ray_session() -> Iterator[None]:
     import ray
 
     assert not ray.is_initialized()
-    ray.init(
-        address="local",  # a new Ray, even where a `ray start` cluster runs on this machine
+    init_local_ray(  # a new Ray, even where a `ray start` cluster runs on this machine
         num_cpus=4,
         include_dashboard=True,
         dashboard_port=free_port(),

@@ -25,7 +25,7 @@ from a3c_ray.algo.evaluation import run_episodes
 from a3c_ray.rundir import layout
 from a3c_ray.rundir.checkpoint import CheckpointManager
 
-from .conftest import free_port, wait_for
+from .conftest import free_port, init_local_ray, wait_for
 from .policy_checkpoints import save_checkpoint
 
 httpx = pytest.importorskip("httpx")
@@ -53,8 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     env_token = os.environ.pop("A3C_RAY_SERVE_TOKEN", None)  # the open apps are built open
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(
-        address="local",  # a Ray of its own, even when `ray start` left one on this machine
+    init_local_ray(  # a Ray of its own, even when `ray start` left one on this machine
         num_cpus=4,
         include_dashboard=False,
         logging_level="WARNING",

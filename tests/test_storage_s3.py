@@ -15,7 +15,7 @@ import pytest
 from a3c_ray.commands.cli import main
 from a3c_ray.runtime.session import train
 
-from .conftest import moto_s3, small_config
+from .conftest import init_local_ray, moto_s3, small_config
 
 pytestmark = pytest.mark.ray
 
@@ -30,8 +30,7 @@ def s3_and_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with moto_s3(BUCKET, tmp_path_factory.mktemp("staging")) as env:
         if ray.is_initialized():
             ray.shutdown()
-        ray.init(
-            address="local",  # a new Ray, even where a `ray start` cluster runs on this machine
+        init_local_ray(  # a new Ray, even where a `ray start` cluster runs on this machine
             num_cpus=4,
             include_dashboard=False,
             logging_level="WARNING",
