@@ -124,7 +124,7 @@ def test_bench_seeds_trains_each_seed_without_stopping_at_the_target(
         "2",
         "--first-seed",
         "5",
-        "--steps",
+        "--max-steps",
         "6000",
         "--target-return",
         "20",
@@ -176,7 +176,7 @@ def test_in_process_training_is_deterministic_and_traces_every_window() -> None:
 def test_bench_seeds_in_process_reports_each_seed_with_its_trace(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["seeds", "2", "--steps", "3000", "--in-process", "--trace-every", "1000",
+    argv = ["seeds", "2", "--max-steps", "3000", "--in-process", "--trace-every", "1000",
             "--target-return", "15", "--workers", "2", "--envs-per-worker", "4", "--json"]  # fmt: skip
     assert bench.run(parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)
@@ -184,6 +184,17 @@ def test_bench_seeds_in_process_reports_each_seed_with_its_trace(
     assert all(len(x["trace"]) == 3 and x["steps_to_target"] for x in r["runs"])
     with pytest.raises(ConfigError, match="--trace-every: needs --in-process"):
         bench.config_of(parse(["seeds", "2", "--trace-every", "100"]))
+
+
+def test_seeds_step_budget_is_max_steps_as_for_train_and_the_old_steps_still_works(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg = bench.config_of(parse(["seeds", "2", "--max-steps", "7000", "--time-limit", "30"]))
+    assert (cfg.run.max_steps, cfg.run.time_limit) == (7000, 30)
+    assert "deprecated" not in capsys.readouterr().err
+    cfg = bench.config_of(parse(["seeds", "2", "--steps", "5e3"]))  # a script's old spelling
+    assert cfg.run.max_steps == 5000
+    assert "--steps is deprecated and will go: it is --max-steps" in capsys.readouterr().err
 
 
 def test_seeds_take_a_count_or_a_list() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from collections.abc import Callable
 
 from a3c_ray.algo import choices
@@ -229,9 +230,12 @@ def config_of(args: argparse.Namespace) -> Config:
         if hasattr(args, name) and not getattr(args, name) > 0:
             problems.append(f"--{name.replace('_', '-')}: must be > 0 seconds")
     if getattr(args, "steps", None) is not None:
-        cfg.set("run.max_steps", args.steps)
-    if getattr(args, "time_limit", None) is not None:
-        cfg.set("run.time_limit", args.time_limit)
+        print(
+            "a3c-ray: bench seeds --steps is deprecated and will go: it is --max-steps, as for train",
+            file=sys.stderr,
+        )
+        if getattr(args, "run.max_steps", None) is None:
+            cfg.set("run.max_steps", args.steps)
     if args.measure == "seeds":
         problems += bs.problems(cfg, args)
     for name in ("repeat", "in_flight", "clients"):

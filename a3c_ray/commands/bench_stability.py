@@ -1,4 +1,4 @@
-"""``a3c-ray bench seeds N --steps S``: does a config learn, and does it keep what it learned?
+"""``a3c-ray bench seeds N --max-steps S``: does a config learn, and does it keep what it learned?
 
 Trains seeds ``first_seed .. first_seed + N - 1`` in turn, each for ``S`` env steps with no target
 (so a run never stops at its first success), on one Ray session. From each run's TensorBoard
@@ -164,15 +164,10 @@ def add_arguments(s: argparse.ArgumentParser) -> None:
         help="train N seeds in turn (from --first-seed), or these seeds",
     )
     s.add_argument("--first-seed", type=int, default=0, help="the first of the N seeds")
-    s.add_argument(
-        "--steps",
-        type=float,
-        metavar="S",
-        help=flags.field_help("run.max_steps", "env steps per seed"),
-    )
-    s.add_argument(
-        "--time-limit", type=float, metavar="SECONDS", help="training seconds per seed, if sooner"
-    )
+    # Each seed is one run: its step budget and time limit are train's, and mean what they mean
+    # there. ``--steps`` is the old spelling of ``--max-steps`` (``config_of`` says so).
+    flags.add_field_flags(s, ("--max-steps", "--time-limit"))
+    s.add_argument("--steps", type=float, help=argparse.SUPPRESS)
     add_judge_arguments(s)
     s.add_argument(
         "--runs-dir", type=Path, help="keep each seed's run directory here (default: discarded)"

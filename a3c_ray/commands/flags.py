@@ -73,7 +73,11 @@ def add_field_flags(p: argparse.ArgumentParser, names: Iterable[str] | None = No
     its field's default."""
     for flag in TRAIN_FLAGS if names is None else names:
         dest, typ, help_ = TRAIN_FLAGS[flag]
-        p.add_argument(flag, dest=dest, type=typ, default=None, help=field_help(dest, help_))
+        # Shown as the flag's own name (MAX_STEPS), not the field it lands in (RUN.MAX_STEPS).
+        metavar = flag.removeprefix("--").upper().replace("-", "_")
+        p.add_argument(
+            flag, dest=dest, type=typ, default=None, metavar=metavar, help=field_help(dest, help_)
+        )
 
 
 def add_set_flag(p: argparse.ArgumentParser, where: str = "") -> None:
