@@ -46,12 +46,8 @@ fast: venv
 	$(BIN)/pytest -m "not ray and not slow and not long" -q
 
 # What CI runs: every test but the long proofs, each of which keeps a short counterpart here.
-# Two pytest processes (pytest-xdist): a module's tests stay in one, with its one Ray; about half
-# of a serial run's time is spent waiting (Ray starting, actors restarting, runs ending), and the
-# other process fills it. TEST_JOBS=0 runs the tests one after another in this process.
-TEST_JOBS ?= 2
 test: lint typecheck
-	$(BIN)/pytest -m "not long" -q --durations=25 -n $(TEST_JOBS) --dist loadgroup
+	$(BIN)/pytest -m "not long" -q --durations=25
 
 # The long proofs (learning to a target over several seeds, the chaos soak, a whole cluster lost
 # twice, full PBT and ASHA searches): run them before changing learning, recovery, the

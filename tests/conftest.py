@@ -245,21 +245,3 @@ def moto_s3(bucket: str, staging: os.PathLike[str] | str) -> Iterator[dict[str, 
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-CLUSTER_MODULES = frozenset(
-    {"test_chaos.py", "test_cluster_faults.py", "test_jobs.py", "test_lost_cluster.py"}
-)
-"""Modules that start multi-node clusters of their own (cluster/local.sh's fixed loopback
-addresses, or several raylets): under pytest-xdist they run one after another in one process."""
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N --dist loadgroup`` a module's tests stay in one process, so each
-    module starts its one Ray once, and the cluster modules share one process between them."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        module = item.path.name
-        group = "clusters" if module in CLUSTER_MODULES else module
-        item.add_marker(pytest.mark.xdist_group(group))
