@@ -88,14 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = Parser(prog=PROG, description="The project's own measurements, from a source checkout.")
     sub = p.add_subparsers(dest="measure", required=True, metavar="MEASURE", parser_class=Parser)
-    for name, (add, help_) in MEASURES.items():
-        m = sub.add_parser(
-            name,
-            help=help_.split(":")[0],
-            description=help_[0].upper() + help_[1:] + ".",
-            formatter_class=flags.HelpFormatter,
-        )
-        add(m)
+    flags.add_measures(sub, MEASURES)
     return p
 
 

@@ -205,14 +205,7 @@ class _InTheLab(argparse.Action):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot-runs", nargs="*", action=_Moved, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="measure", required=True, metavar="MEASURE")
-    for name, (add, help_) in MEASURES.items():
-        m = sub.add_parser(
-            name,
-            help=help_.split(":")[0],
-            description=help_[0].upper() + help_[1:] + ".",
-            formatter_class=flags.HelpFormatter,
-        )
-        add(m)
+    flags.add_measures(sub, MEASURES)
     for name in IN_THE_LAB:  # not listed: their parsers only say where they went
         lab = sub.add_parser(name, add_help=False, formatter_class=flags.HelpFormatter)
         lab.add_argument("words", nargs=argparse.REMAINDER, action=_InTheLab)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from a3c_ray.config import Config
@@ -58,6 +58,21 @@ class HelpFormatter(argparse.HelpFormatter):
         ):
             return action.help
         return help_ + " (default " + shown(default).replace("%", "%%") + ")"
+
+
+def add_measures(
+    sub: Any, measures: Mapping[str, tuple[Callable[[argparse.ArgumentParser], None], str]]
+) -> None:
+    """One subcommand per measurement of ``measures`` (name: its flags' adder, its help), under
+    the subparsers ``sub``; the help's first clause is the listing's line."""
+    for name, (add, help_) in measures.items():
+        m = sub.add_parser(
+            name,
+            help=help_.split(":")[0],
+            description=help_[0].upper() + help_[1:] + ".",
+            formatter_class=HelpFormatter,
+        )
+        add(m)
 
 
 def field_help(dest: str, help_: str) -> str:
