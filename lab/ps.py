@@ -103,7 +103,7 @@ def ps_scale(cfg: Config, args: argparse.Namespace) -> dict[str, Any]:
     """Every (shards, wire dtype, pushes in flight), ``args.repeat`` times: medians and every run."""
     load_before = os.getloadavg()[0]
     rows: dict[tuple[str, int, str, bool, int], list[dict[str, Any]]] = {}
-    with cluster.session(cfg, 1, args.address, args.dashboard_port):
+    with cluster.session(cfg, 1, args.address, args.dashboard_port, args.dashboard_host):
         worker = bm.train_throughput(cfg, 1, args.seconds)["per_worker"][0]
         for _ in range(args.repeat):
             for shards in args.shards:

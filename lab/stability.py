@@ -23,7 +23,7 @@ from a3c_ray.rundir import layout
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Finished runs, and ``--target-return`` and ``--floor`` as ``bench seeds`` has them."""
+    """Finished runs, and ``--learned-return`` and ``--floor`` as ``bench seeds`` has them."""
     p.add_argument(
         "stability_of",
         nargs="+",
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = Config.load(Path(args.stability_of[0]) / layout.CONFIG)
     target = stability_target(cfg, args)
     if target is None:
-        raise ConfigError([f"stability needs --target-return: {cfg.env.id} sets none"])
+        raise ConfigError([f"stability needs --learned-return: {cfg.env.id} sets none"])
     floor = default_floor(target, args.floor)
     results = [result_of(r, target, floor) for r in runs]
     out = report(cfg, results, target, floor, in_process=False)

@@ -95,20 +95,28 @@ def test_stability_bad_input_is_reported_all_at_once(tmp_path: Path) -> None:
     assert "is not empty" in text
     assert (tmp_path / "old" / "x").read_text() == "keep me"
     # Blackjack-v1's spec has no reward threshold, and the defaults set no target.
-    with pytest.raises(ConfigError, match="bench seeds needs --target-return"):
+    with pytest.raises(ConfigError, match="bench seeds needs --learned-return"):
         bench.config_of(parse(["seeds", "2", "--env", "Blackjack-v1"]))
 
 
-def test_stability_target_falls_back_to_the_envs_reward_threshold() -> None:
+def test_stability_target_falls_back_to_the_envs_reward_threshold(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     args = parse(["seeds", "2"])
     assert bench_stability.stability_target(Config(), args) == 475.0  # CartPole-v1's spec
     cfg = Config()
     cfg.run.target_return = 450
     assert bench_stability.stability_target(cfg, args) == 450
     assert (
-        bench_stability.stability_target(cfg, parse(["seeds", "2", "--target-return", "200"]))
+        bench_stability.stability_target(cfg, parse(["seeds", "2", "--learned-return", "200"]))
         == 200
     )
+    # The flag's older name still works, unlisted: train's --target-return stops a run.
+    assert bench_stability.stability_target(cfg, parse(["seeds", "2", "--target-return", "9"])) == 9
+    with pytest.raises(SystemExit):
+        parse(["seeds", "--help"])
+    seeds_help = capsys.readouterr().out
+    assert "--learned-return" in seeds_help and "--target-return" not in seeds_help
 
 
 @pytest.mark.ray
@@ -126,7 +134,7 @@ def test_bench_seeds_trains_each_seed_without_stopping_at_the_target(
         "5",
         "--max-steps",
         "6000",
-        "--target-return",
+        "--learned-return",
         "20",
         "--workers",
         "1",
@@ -177,7 +185,7 @@ def test_bench_seeds_in_process_reports_each_seed_with_its_trace(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["seeds", "2", "--max-steps", "3000", "--in-process", "--trace-every", "1000",
-            "--target-return", "15", "--workers", "2", "--envs-per-worker", "4", "--json"]  # fmt: skip
+            "--learned-return", "15", "--workers", "2", "--envs-per-worker", "4", "--json"]  # fmt: skip
     assert bench.run(parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["settings"]["in_process"] and [x["seed"] for x in r["runs"]] == [0, 1]
@@ -211,7 +219,7 @@ def test_stability_of_finished_runs_reads_their_episodes(
     for i, r in enumerate(runs):
         write_fake_run(r, seed=i)
         (r / layout.SUMMARY).write_text(json.dumps({"env_id": "CartPole-v1", "env_steps": 5000}))
-    argv = ["stability", *map(str, runs), "--target-return", "60", "--floor", "30", "--json"]
+    argv = ["stability", *map(str, runs), "--learned-return", "60", "--floor", "30", "--json"]
     assert lab.run(lab_parse(argv)) == 0
     r = json.loads(capsys.readouterr().out)
     # write_fake_run's 100th and last episode completes the first full window: mean 69.5.
@@ -219,4 +227,4 @@ def test_stability_of_finished_runs_reads_their_episodes(
     assert all(x["steps_to_target"] is not None and x["env_steps"] == 5000 for x in r["runs"])
     assert r["summary"]["reached"] == 2 and r["summary"]["floor"] == 30
     with pytest.raises(ConfigError, match="not a finished a3c-ray run"):
-        lab.run(lab_parse(["stability", str(tmp_path / "none"), "--target-return", "1"]))
+        lab.run(lab_parse(["stability", str(tmp_path / "none"), "--learned-return", "1"]))

@@ -221,3 +221,31 @@ def test_a_missing_extra_is_named_with_an_install_line_that_works() -> None:
     registry = re.compile(r"pip install 'a3c-ray\[[\w,]*\]'")  # not '... @ git+URL'
     offenders = [str(p) for p in texts if registry.search(p.read_text())]
     assert offenders == []
+
+
+def test_one_meaning_per_word_across_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    """A live run is RUN wherever a command takes one; --out is a directory (export takes its
+    FILE as the second argument); every command that starts an embedded Ray takes both
+    dashboard flags; bench seeds' --learned-return judges where train's --target-return stops."""
+    from a3c_ray.commands.cli import build_parser
+
+    def help_of(*words: str) -> str:
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([*words, "--help"])
+        return capsys.readouterr().out
+
+    assert re.search(r"\[RUN\]", help_of("status")) and "--run" not in help_of("status")
+    assert re.search(r"--workers WORKERS .*RUN", " ".join(help_of("scale").split()))
+    assert "--follow RUN " in help_of("serve") and "RUN_DIR" not in help_of("serve")
+    assert "--out" not in help_of("export") and "FILE" in help_of("export")
+    for words in (("tune",), ("plot",)):
+        assert re.search(r"--out \S+\s+directory", help_of(*words)), words
+    for words in (("train",), ("tune",), ("serve",), ("bench", "throughput"), ("bench", "seeds")):
+        text = help_of(*words)
+        assert "--dashboard-host" in text and "--dashboard-port" in text, words
+    assert "--target-return" not in help_of("bench", "seeds")
+    assert "stop when" in help_of("train").split("--target-return TARGET_RETURN\n")[1][:100]
+    # A run named twice (RUN and the older --run RUN) is one line and exit 2.
+    assert main(["status", "runs/a", "--run", "runs/b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "give the run once" in err[0], err

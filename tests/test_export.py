@@ -116,7 +116,7 @@ def export_and_run(kinds: list[str], root: Path) -> dict[str, Any]:
         np.savez(root / f"{kind}.npz", **arrays)
         for fmt, suffix in (("onnx", "onnx"), ("torchscript", "pt")):
             file = root / f"{kind}.{suffix}"
-            assert main(["export", str(root / kind), "--format", fmt, "--out", str(file)]) == 0
+            assert main(["export", str(root / kind), str(file), "--format", fmt]) == 0
             name = f"{kind}-{fmt}"
             expected[name] = want
             jobs.append(
@@ -164,9 +164,18 @@ def test_export_of_a_missing_checkpoint_is_exit_2_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "p.onnx"
-    assert main(["export", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert main(["export", str(tmp_path / "none"), str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no checkpoint" in err[0]
     assert not out.exists()
-    assert main(["export", str(tmp_path), "--format", "tflite", "--out", str(out)]) == 2
+    assert main(["export", str(tmp_path), str(out), "--format", "tflite"]) == 2
     assert "invalid choice" in capsys.readouterr().err
+    # The file given twice (FILE and the older --out FILE), or not at all: one line, exit 2.
+    assert main(["export", str(tmp_path), str(out), "--out", str(out)]) == 2
+    assert main(["export", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("give the file to write once" in e for e in err), err
+    assert not out.exists()
+    # The older --out FILE still names the file: the missing checkpoint is what stops it.
+    assert main(["export", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert "no checkpoint" in capsys.readouterr().err

@@ -126,7 +126,7 @@ def test_status_lists_the_live_run_with_progress_and_workers(
     slots = [w["worker"] for w in rec["workers"]]
     assert "Worker-0" in slots and all(s.startswith("Worker-") for s in slots), slots
     assert all(w["node_id"] for w in rec["workers"] if w["state"] == "ALIVE")
-    assert main(["status", "--interval", "0.2", "--run", rec["run"]]) == 0
+    assert main(["status", rec["run"], "--interval", "0.2"]) == 0
     table = capsys.readouterr().out
     assert rec["run"] in table and "steps/s" in table and "Worker-0" in table and "ALIVE" in table
 

@@ -43,6 +43,8 @@ class Times:
     """Ray cluster to attach to; None starts an embedded Ray."""
     dashboard_port: int | None = None
     """The embedded Ray's dashboard port."""
+    dashboard_host: str = "127.0.0.1"
+    """Where the embedded Ray's dashboard listens."""
 
 
 def measure(cfg: Config, counts: list[int], t: Times) -> dict[str, Any]:
@@ -55,7 +57,7 @@ def measure(cfg: Config, counts: list[int], t: Times) -> dict[str, Any]:
     ale: list[float] = []
     ps_runs: list[dict[str, Any]] = []
     trains: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
-    with cluster.session(cfg, max(counts), t.address, t.dashboard_port):
+    with cluster.session(cfg, max(counts), t.address, t.dashboard_port, t.dashboard_host):
         for _ in range(t.repeat):
             raws.append(throughput.raw_limit(cfg, t.raw_seconds))
             if processes > 1:
@@ -127,7 +129,7 @@ def profile(cfg: Config, t: Times) -> dict[str, Any]:
     """Where an agent step's time goes, ``t.repeat`` times (the median run by env steps/s)."""
     load_before = os.getloadavg()[0]
     runs = []
-    with cluster.session(cfg, cfg.run.workers or 1, t.address, t.dashboard_port):
+    with cluster.session(cfg, cfg.run.workers or 1, t.address, t.dashboard_port, t.dashboard_host):
         for _ in range(t.repeat):
             runs.append(throughput.train_throughput(cfg, cfg.run.workers or 1, t.seconds))
         ps = ps_server.ps_in_process(cfg, t.ps_seconds)
@@ -168,7 +170,9 @@ def atari(cfg: Config, t: Times) -> dict[str, Any]:
         run_cfg = parts.atari_config(cfg, t.seconds, Path(tmp) / "run")
         pre = parts.env_fps(run_cfg.env)
         cost = parts.costs(run_cfg, t.cost_seconds) if t.cost_seconds > 0 else None
-        with cluster.session(run_cfg, run_cfg.run.workers or 1, t.address, t.dashboard_port):
+        with cluster.session(
+            run_cfg, run_cfg.run.workers or 1, t.address, t.dashboard_port, t.dashboard_host
+        ):
             summary = train(run_cfg, address=t.address).summary
     return parts.AtariBench.of(run_cfg, raw, pre, summary, cost).to_dict()
 

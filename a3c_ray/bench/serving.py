@@ -270,6 +270,7 @@ def serve_load(
     repeat: int,
     address: str | None,
     dashboard_port: int | None,
+    dashboard_host: str = "127.0.0.1",
 ) -> dict[str, Any]:
     """Every point ``repeat`` times (the median run of each is kept); one Ray per ingress."""
     load_before = os.getloadavg()[0]
@@ -295,6 +296,7 @@ def serve_load(
                     repeat,
                     address,
                     dashboard_port,
+                    dashboard_host,
                     costs,
                 )
     return {
@@ -329,6 +331,7 @@ def measure_ingress(
     repeat: int,
     address: str | None,
     dashboard_port: int | None,
+    dashboard_host: str,
     costs: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """The points of one ingress, on a Ray started with its settings (or the cluster's). The
@@ -345,7 +348,12 @@ def measure_ingress(
     # Every Serve process, and the clients here, share this machine's CPUs.
     cpus = os.cpu_count() or 1
     started = cluster.connect(
-        Config(), address, dashboard_port=dashboard_port, num_cpus=cpus, log_to_driver=False
+        Config(),
+        address,
+        dashboard_host,
+        dashboard_port=dashboard_port,
+        num_cpus=cpus,
+        log_to_driver=False,
     )
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config=serving.QUIET)

@@ -58,7 +58,7 @@ def add_config(p: argparse.ArgumentParser) -> None:
 
 def add_ray(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", help="Ray cluster to attach to (default: an embedded Ray)")
-    flags.add_dashboard_port_flag(p)
+    flags.add_dashboard_flags(p)
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -248,7 +248,12 @@ def times(args: argparse.Namespace) -> bench_measure.Times:
         for name in ("seconds", "raw_seconds", "ps_seconds", "in_flight", "repeat", "cost_seconds")
         if hasattr(args, name)
     }
-    return bench_measure.Times(**given, address=args.address, dashboard_port=args.dashboard_port)
+    return bench_measure.Times(
+        **given,
+        address=args.address,
+        dashboard_port=args.dashboard_port,
+        dashboard_host=args.dashboard_host,
+    )
 
 
 def atari(cfg: Config, args: argparse.Namespace) -> int:

@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         args.repeat,
         args.address,
         args.dashboard_port,
+        args.dashboard_host,
     )
     print(json.dumps(report) if args.json else format_report(report))
     return 0

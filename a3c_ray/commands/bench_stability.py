@@ -115,6 +115,7 @@ def measure_on_ray(
     address: str | None,
     dashboard_port: int | None,
     echo: Any = None,
+    dashboard_host: str = "127.0.0.1",
 ) -> dict[str, Any]:
     """Train every seed in turn on one Ray session; per-seed figures and the counts."""
     from a3c_ray.runtime.cluster import session
@@ -123,7 +124,7 @@ def measure_on_ray(
     tmp = None if runs_dir is not None else tempfile.TemporaryDirectory(prefix="a3c-stability-")
     base = runs_dir if runs_dir is not None else Path(tmp.name)  # type: ignore[union-attr]
     try:
-        with session(cfg, cfg.run.workers or 1, address, dashboard_port):
+        with session(cfg, cfg.run.workers or 1, address, dashboard_port, dashboard_host):
             for seed in seeds:
                 run_dir = base / f"seed-{seed}"
                 train_seed(cfg, seed, run_dir)
@@ -140,12 +141,24 @@ def measure_on_ray(
 
 # -- the command line: `a3c-ray bench seeds ...` ------------------------------------------------
 def add_judge_arguments(p: argparse.ArgumentParser) -> None:
-    """``--target-return`` and ``--floor``: what counts as learned, and as kept."""
+    """``--learned-return`` and ``--floor``: what counts as learned, and as kept. Neither stops
+    a seed (train's ``--target-return`` stops a run: here every seed runs its whole budget)."""
+    p.add_argument(
+        "--learned-return",
+        dest="learned_return",
+        metavar="R",
+        type=float,
+        help="the mean return of the last 100 episodes that counts as learned; it does not stop "
+        "the seed (default: the config's run.target_return, else the env's reward threshold, "
+        "475 for CartPole-v1)",
+    )
+    # Its older name, unlisted (train's --target-return stops a run; this one does not).
     p.add_argument(
         "--target-return",
+        dest="learned_return",
         type=float,
-        help="the mean return of the last 100 episodes that counts as learned (default: the "
-        "config's run.target_return, else the env's reward threshold, 475 for CartPole-v1)",
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
     )
     p.add_argument(
         "--floor",
@@ -220,7 +233,7 @@ def problems(cfg: Config, args: argparse.Namespace) -> list[str]:
         out.append(f"--first-seed: must be >= 0, got {args.first_seed}")
     if stability_target(cfg, args) is None:
         out.append(
-            f"bench seeds needs --target-return: neither the config nor {cfg.env.id} sets one"
+            f"bench seeds needs --learned-return: neither the config nor {cfg.env.id} sets one"
         )
     if args.trace_every < 0 or (args.trace_every and not args.in_process):
         out.append("--trace-every: needs --in-process and a number of env steps >= 1")
@@ -239,9 +252,9 @@ def default_floor(target: float, floor: float | None) -> float:
 
 
 def stability_target(cfg: Config, args: argparse.Namespace) -> float | None:
-    """--target-return, else the config's run.target_return, else the env's reward threshold."""
-    if args.target_return is not None:
-        return float(args.target_return)
+    """--learned-return, else the config's run.target_return, else the env's reward threshold."""
+    if args.learned_return is not None:
+        return float(args.learned_return)
     if cfg.run.target_return is not None:
         return cfg.run.target_return
     import gymnasium
@@ -275,7 +288,15 @@ def run_stability(cfg: Config, args: argparse.Namespace) -> int:
         )
     else:
         out = measure_on_ray(
-            cfg, seeds, target, floor, args.runs_dir, args.address, args.dashboard_port, echo
+            cfg,
+            seeds,
+            target,
+            floor,
+            args.runs_dir,
+            args.address,
+            args.dashboard_port,
+            echo,
+            args.dashboard_host,
         )
     print(json.dumps(out) if args.json else format_stability(out))
     return 0

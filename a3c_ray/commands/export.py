@@ -1,4 +1,4 @@
-"""``a3c-ray export CKPT --format onnx|torchscript --out FILE``: a policy as one file that runs
+"""``a3c-ray export CKPT FILE --format onnx|torchscript``: a policy as one file that runs
 without a3c-ray and without Ray (``rundir.export`` says what its inputs and outputs are)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 import importlib.util
 import json
 
-from a3c_ray.errors import ConfigError, install_hint
+from a3c_ray.errors import ConfigError, UsageError, install_hint
 
 NEEDS = {"onnx": ("onnx", "onnxscript"), "torchscript": ()}
 
@@ -23,11 +23,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="onnx",
         help="onnx (for onnxruntime and other ONNX runtimes; the default) or torchscript",
     )
-    p.add_argument("--out", required=True, help="the file to write")
+    p.add_argument("file", metavar="FILE", nargs="?", help="the file to write")
+    # FILE was once given as --out FILE; that still works, unlisted (--out is a directory on the
+    # other commands).
+    p.add_argument("--out", dest="out_file", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    if (args.file is None) == (args.out_file is None):
+        raise UsageError("a3c-ray export: give the file to write once: a3c-ray export CKPT FILE")
+    out = args.file if args.file is not None else args.out_file
     missing = [m for m in NEEDS[args.format] if importlib.util.find_spec(m) is None]
     if missing:
         raise ConfigError(
@@ -37,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from a3c_ray.rundir.policy import load_policy
 
     policy = load_policy(args.checkpoint)  # a bad checkpoint is exit 2 before anything is written
-    path = export_policy(policy, args.format, args.out)
+    path = export_policy(policy, args.format, out)
     inputs, outputs = io_names(policy)
     report = {
         "file": str(path),

@@ -129,13 +129,35 @@ def add_track_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_dashboard_port_flag(p: argparse.ArgumentParser) -> None:
+RUN_HELP = (
+    "its run directory (e.g. runs/cp) or that directory's name, its id, or the start of its id "
+    "(see a3c-ray status)"
+)
+"""How a live run is named on every command that takes one (``status``, ``scale``)."""
+
+
+def add_run_argument(p: argparse.ArgumentParser, what: str, optional: bool = False) -> None:
+    """The live run ``RUN`` a command acts on (positional); ``optional``: all runs without it."""
+    p.add_argument(
+        "run", metavar="RUN", nargs="?" if optional else None, help=f"{what}: {RUN_HELP}"
+    )
+
+
+def add_dashboard_flags(p: argparse.ArgumentParser) -> None:
+    """``--dashboard-host`` and ``--dashboard-port`` of the embedded Ray a command starts (both
+    unused where the command attaches to a cluster)."""
+    p.add_argument(
+        "--dashboard-host",
+        default="127.0.0.1",
+        help="address the embedded Ray's dashboard listens on (default 127.0.0.1: this machine "
+        "only)",
+    )
     p.add_argument(
         "--dashboard-port",
         type=int,
         default=None,
-        help="port of the embedded Ray dashboard (default 8265, or a free port when another Ray "
-        "on this machine holds 8265)",
+        help="port of the embedded Ray's dashboard (default 8265, or a free port when another "
+        "Ray on this machine holds 8265)",
     )
 
 

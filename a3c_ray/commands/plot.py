@@ -35,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def add_plot_flags(p: argparse.ArgumentParser, out_default: Path = Path(".")) -> None:
     p.add_argument(
         "--out",
+        metavar="DIR",
         type=Path,
         default=out_default,
         help=f"directory for the PNG files (default {out_default})",

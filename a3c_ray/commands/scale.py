@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import argparse
 
+from a3c_ray.commands import flags
 from a3c_ray.errors import ConfigError
 from a3c_ray.runtime import live
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "run",
-        help="the live run: its run directory (e.g. runs/cp) or that directory's name, its id, or "
-        "the start of its id (see a3c-ray status)",
-    )
+    flags.add_run_argument(p, "the live run")
     p.add_argument(
         "--workers", type=int, required=True, help="the number of Workers the run should have"
     )

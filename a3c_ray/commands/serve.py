@@ -17,6 +17,7 @@ import json
 import os
 import sys
 
+from a3c_ray.commands import flags
 from a3c_ray.errors import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -28,6 +29,10 @@ from a3c_ray.errors import (
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from a3c_ray.serve.serve_options import HOST, PORT
+    from a3c_ray.serve.serve_options import ServeOptions as D
+
+    mb = 1 << 20
     p.add_argument(
         "checkpoint",
         nargs="?",
@@ -36,36 +41,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--follow",
-        metavar="RUN_DIR",
-        help="serve the run's best checkpoint and swap in each newer one while it trains",
+        metavar="RUN",
+        help="serve the run's best checkpoint and swap in each newer one while it trains: its "
+        "run directory (or URI)",
     )
     p.add_argument(
-        "--follow-every", type=float, default=5.0, help="seconds between looks at the run (5)"
+        "--follow-every",
+        type=float,
+        default=D.follow_every,
+        help="seconds between looks at the run",
     )
-    p.add_argument("--replicas", type=int, default=1, help="replicas of the policy (default 1)")
+    p.add_argument("--replicas", type=int, default=D.replicas, help="replicas of the policy")
     p.add_argument(
-        "--replica-cpus", type=float, default=1.0, help="CPUs Ray reserves per replica (default 1)"
+        "--replica-cpus", type=float, default=D.replica_cpus, help="CPUs Ray reserves per replica"
     )
     p.add_argument(
         "--max-batch-size",
         type=int,
-        default=32,
-        help="requests in one forward pass at most (default 32; 1 turns batching off)",
+        default=D.max_batch_size,
+        help="requests in one forward pass at most; 1 turns batching off",
     )
     p.add_argument(
         "--batch-wait-ms",
         type=float,
-        default=2.0,
-        help="how long a batch's first request waits for others (default 2 ms)",
+        default=D.batch_wait_ms,
+        help="how long a batch's first request waits for others, in milliseconds",
     )
     p.add_argument(
-        "--max-body-mb", type=float, default=8.0, help="larger request bodies get 413 (default 8)"
+        "--max-body-mb",
+        type=float,
+        default=D.max_body_bytes / mb,
+        help="larger request bodies get 413",
     )
     p.add_argument(
         "--max-observations",
         type=int,
-        default=1024,
-        help="observations in one request at most (default 1024)",
+        default=D.max_observations,
+        help="observations in one request at most",
     )
     p.add_argument(
         "--ingress",
@@ -77,24 +89,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-sessions",
         type=int,
-        default=10_000,
-        help="sessions of an LSTM policy kept at once; past it POST /sessions gets 503 (10000)",
+        default=D.max_sessions,
+        help="sessions of an LSTM policy kept at once; past it POST /sessions gets 503",
     )
     p.add_argument(
         "--max-session-mb",
         type=float,
-        default=256.0,
-        help="recurrent state all sessions hold together; past it POST /sessions gets 503 (256)",
+        default=D.max_session_bytes / mb,
+        help="recurrent state all sessions hold together; past it POST /sessions gets 503",
     )
     p.add_argument(
         "--session-idle-seconds",
         type=float,
-        default=3600.0,
-        help="a session unused this long is dropped (default 3600)",
+        default=D.session_idle_seconds,
+        help="a session unused this long is dropped",
     )
     p.add_argument(
         "--host",
-        default="127.0.0.1",
+        default=HOST,
         help="address the HTTP proxy listens on; other than loopback, it needs a token or "
         "--no-auth",
     )
@@ -110,21 +122,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="serve without a token on a --host other than loopback: anyone who reaches the "
         "port may call the policy",
     )
-    p.add_argument("--port", type=int, default=8000, help="port of the HTTP proxy (default 8000)")
+    p.add_argument("--port", type=int, default=PORT, help="port of the HTTP proxy")
     p.add_argument(
         "--address", help="Ray cluster to deploy on (default: RAY_ADDRESS, else an embedded Ray)"
     )
-    p.add_argument(
-        "--dashboard-port",
-        type=int,
-        default=None,
-        help="port of the embedded Ray's dashboard (default 8265, or a free one)",
-    )
+    flags.add_dashboard_flags(p)
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, object]:
     if (args.checkpoint is None) == (args.follow is None):
-        raise UsageError("a3c-ray serve: give a checkpoint or --follow RUN_DIR (one of the two)")
+        raise UsageError("a3c-ray serve: give a checkpoint or --follow RUN (one of the two)")
     if not 0 < args.port < 65536:
         raise UsageError(f"a3c-ray serve: --port must be 1-65535, got {args.port}")
     return {
@@ -179,7 +186,12 @@ def run(args: argparse.Namespace) -> int:
     with stop_signals_as_interrupt():
         try:
             started = serve_run.start(
-                options, args.address, args.host, args.port, dashboard_port=args.dashboard_port
+                options,
+                args.address,
+                args.host,
+                args.port,
+                dashboard_host=args.dashboard_host,
+                dashboard_port=args.dashboard_port,
             )
         except KeyboardInterrupt:  # before the application was up: start() cleaned up
             return EXIT_INTERRUPTED

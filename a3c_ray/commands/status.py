@@ -1,4 +1,4 @@
-"""``a3c-ray status``: the live runs on a cluster, read from their named actors.
+"""``a3c-ray status [RUN]``: the live runs on a cluster, read from their named actors.
 
 Every run's actors are named ``<run-id>/ParameterServer``, ``<run-id>/Monitor`` and
 ``<run-id>/Worker-<i>`` in the ``a3c-ray`` namespace. Progress comes from the ParameterServer
@@ -12,6 +12,8 @@ import argparse
 import json
 from typing import Any
 
+from a3c_ray.commands import flags
+from a3c_ray.errors import UsageError
 from a3c_ray.runtime import cluster, live
 
 
@@ -19,11 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address", help="Ray cluster address (default: RAY_ADDRESS, else the local cluster)"
     )
-    p.add_argument(
-        "--run",
-        help="show only this run: its run directory (or that directory's name), its id, or the "
-        "start of its id",
-    )
+    flags.add_run_argument(p, "show only this run", optional=True)
+    # The run was once named by --run; it still works, unlisted.
+    p.add_argument("--run", dest="run_flag", help=argparse.SUPPRESS)
     p.add_argument(
         "--interval", type=float, default=1.0, help="seconds between the two samples of the rates"
     )
@@ -51,9 +51,12 @@ def render(records: list[dict[str, Any]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.run_flag is not None and args.run is not None:
+        raise UsageError("a3c-ray status: give the run once (RUN, or the older --run RUN)")
+    name = args.run if args.run is not None else args.run_flag
     records = []
     for address in cluster.each_cluster(args.address):
-        records += [{**r, "cluster": address} for r in live.collect(args.run, args.interval)]
+        records += [{**r, "cluster": address} for r in live.collect(name, args.interval)]
     if args.json:
         print(json.dumps(records, default=float))
     else:

@@ -224,12 +224,7 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
         help="with --resume: import the env and wrappers the run directory's config names by "
         "import path (module:Name) when neither --env nor --config names them: runs their code",
     )
-    t.add_argument(
-        "--dashboard-host",
-        default="127.0.0.1",
-        help="address the embedded Ray dashboard listens on (default 127.0.0.1: this machine only)",
-    )
-    flags.add_dashboard_port_flag(t)
+    flags.add_dashboard_flags(t)
     flags.add_track_flag(t)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from a3c_ray.commands.flags import add_set_flag, add_track_flag
+from a3c_ray.commands.flags import add_dashboard_flags, add_set_flag, add_track_flag
 from a3c_ray.config import METRICS, SCHEDULERS, Config
 from a3c_ray.config.space import samplers
 from a3c_ray.configs import resolve as resolve_config
@@ -44,6 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_set_flag(p, " for every trial")
     p.add_argument(
         "--out",
+        metavar="DIR",
         type=Path,
         help="directory for the trials' runs and Tune's results; must not exist "
         "(default: runs/tune-<config>-<time>)",
@@ -51,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--address", help="Ray cluster to attach to (default: RAY_ADDRESS, else an embedded Ray)"
     )
+    add_dashboard_flags(p)
     add_track_flag(p)
     p.add_argument("--json", action="store_true", help="print the trials and the best as JSON")
     p.add_argument("--quiet", action="store_true", help="no Tune progress tables while it runs")
@@ -148,7 +150,13 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise ConfigError([f"a3c-ray tune needs Ray Tune ({e}); {install_hint('tune')}"]) from None
 
-    started = cluster.connect(cfg, args.address, num_cpus=os.cpu_count() or 1)
+    started = cluster.connect(
+        cfg,
+        args.address,
+        args.dashboard_host,
+        args.dashboard_port,
+        num_cpus=os.cpu_count() or 1,
+    )
     try:
         result = search.search(
             cfg, out, verbose=0 if args.quiet or args.json else 1, fixed_size=started, track=track

@@ -1,7 +1,8 @@
 """A run's settings, importing no layer of the package.
 
-- ``fields``: the sections (env, model, algo, run, monitor, ps, tune);
+- ``sections``: the sections (env, model, algo, run, monitor, ps, tune), a docstring per field;
 - ``checks``: each field's range and the tune section's settings;
+- ``fields``: ``Config``, the sections as one: read from YAML, set by dotted name, checked;
 - ``values``: field values from YAML and the command line, typed by the annotations;
 - ``space``: the tune section's samplers, parsed and checked against the fields they set;
 - ``docs``: the reference table of docs/configuration.md, from the fields' docstrings.

@@ -4,10 +4,30 @@ section's settings. ``Config.validate`` gathers them with the checks of the laye
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from a3c_ray.config.fields import Config
+from a3c_ray.config.sections import (
+    AlgoConfig,
+    EnvConfig,
+    ModelConfig,
+    MonitorConfig,
+    PSConfig,
+    RunConfig,
+    TuneConfig,
+)
+
+
+class Config(Protocol):
+    """What the checks read: the sections of ``fields.Config`` (which calls them)."""
+
+    env: EnvConfig
+    model: ModelConfig
+    algo: AlgoConfig
+    run: RunConfig
+    monitor: MonitorConfig
+    ps: PSConfig
+    tune: TuneConfig
+
 
 LOG_STD_BOUNDS = (-5.0, 2.0)
 """The Gaussian policy's log standard deviation is held within these (std 0.0067 to 7.4 in the

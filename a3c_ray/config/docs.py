@@ -14,13 +14,14 @@ from typing import Any
 import yaml
 
 from a3c_ray.config import fields as config
+from a3c_ray.config import sections
 from a3c_ray.config.fields import Config
 from a3c_ray.config.values import type_name
 
 
 def field_docs() -> list[tuple[str, str, Any, str]]:
-    """(dotted name, type, default, docstring) of every field, read from this module's source."""
-    tree = ast.parse(inspect.getsource(config))
+    """(dotted name, type, default, docstring) of every field, read from the sections' source."""
+    tree = ast.parse(inspect.getsource(sections))
     docs: dict[tuple[str, str], str] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):

@@ -129,7 +129,11 @@ def connect(
 
 
 def connect_for(
-    cfg: Config, max_workers: int, address: str | None, dashboard_port: int | None
+    cfg: Config,
+    max_workers: int,
+    address: str | None,
+    dashboard_port: int | None,
+    dashboard_host: str = "127.0.0.1",
 ) -> bool:
     """Start an embedded Ray as ``a3c-ray train`` would, or use the one this process already has.
 
@@ -137,7 +141,7 @@ def connect_for(
     """
     c = Config.from_dict(cfg.to_dict())
     c.run.workers = max_workers
-    started = connect(c, address, dashboard_port=dashboard_port)
+    started = connect(c, address, dashboard_host, dashboard_port)
     need = max_workers * cfg.run.worker_cpus + central_cpus(cfg)
     have = ray.cluster_resources().get("CPU", 0.0)
     if have + 1e-9 < need:
@@ -154,11 +158,15 @@ def connect_for(
 
 @contextlib.contextmanager
 def session(
-    cfg: Config, max_workers: int, address: str | None, dashboard_port: int | None
+    cfg: Config,
+    max_workers: int,
+    address: str | None,
+    dashboard_port: int | None,
+    dashboard_host: str = "127.0.0.1",
 ) -> Iterator[None]:
     """A Ray for ``max_workers`` Workers of ``cfg`` for the ``with`` block; one this process started
     is shut down at its end."""
-    started = connect_for(cfg, max_workers, address, dashboard_port)
+    started = connect_for(cfg, max_workers, address, dashboard_port, dashboard_host)
     try:
         yield
     finally:

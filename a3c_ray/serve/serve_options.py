@@ -12,15 +12,19 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from a3c_ray.algo.policy import Policy
 from a3c_ray.errors import ConfigError
-from a3c_ray.rundir.policy import load_policy
-from a3c_ray.serve.serve_follow import first_of_run
+
+if TYPE_CHECKING:  # the command reads the options' defaults before torch is imported
+    from a3c_ray.algo.policy import Policy
 
 TOKEN_ENV = "A3C_RAY_SERVE_TOKEN"
 """The environment variable that holds the bearer token (``token_file`` names a file instead)."""
+HOST = "127.0.0.1"
+"""Where ``a3c-ray serve`` listens by default: this machine only."""
+PORT = 8000
+"""Serve's HTTP port by default."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,9 @@ def run_of(checkpoint: str | None) -> str | None:
 def first_policy(options: ServeOptions) -> Policy:
     """The policy to start with: the checkpoint ``source`` names (with ``follow``, its run's
     ``best``). A CheckpointError says what is missing."""
+    from a3c_ray.rundir.policy import load_policy
+    from a3c_ray.serve.serve_follow import first_of_run
+
     if options.follow:
         return first_of_run(options.source)
     return load_policy(options.source)

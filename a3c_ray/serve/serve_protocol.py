@@ -21,6 +21,8 @@ import gymnasium as gym
 import numpy as np
 from numpy.lib import format as npy_format
 
+from a3c_ray.serve.serve_options import ServeOptions
+
 NPY_TYPES = ("application/x-npy", "application/octet-stream")
 TRUE, FALSE = ("1", "true", "yes"), ("0", "false", "no")
 MAX_SESSION_ID = 64
@@ -49,9 +51,9 @@ class ActRequest:
 
 @dataclass(frozen=True)
 class Limits:
-    max_body_bytes: int = 8 << 20
+    max_body_bytes: int = ServeOptions.max_body_bytes
     """Bodies over this are refused with 413 before they are parsed."""
-    max_observations: int = 1024
+    max_observations: int = ServeOptions.max_observations
     """Observations in one request."""
 
 

@@ -18,24 +18,27 @@ from ray import serve
 from a3c_ray.config import Config
 from a3c_ray.errors import one_line
 from a3c_ray.runtime import cluster
-from a3c_ray.serve.serve_options import ServeOptions
+from a3c_ray.serve.serve_options import HOST, PORT, ServeOptions
 from a3c_ray.serve.serving import APP_NAME, QUIET, build_app
 
 
 def start(
     options: ServeOptions,
     address: str | None,
-    host: str = "127.0.0.1",
-    port: int = 8000,
+    host: str = HOST,
+    port: int = PORT,
     name: str = APP_NAME,
     route_prefix: str = "/",
+    dashboard_host: str = "127.0.0.1",
     dashboard_port: int | None = None,
 ) -> bool:
     """Deploy the application on an embedded Ray (or the cluster at ``address``); True when this
     call started Ray. Returns once every replica is up."""
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # its start-up notes, in this process
     cpus = max(os.cpu_count() or 1, int(np.ceil(options.replicas * options.replica_cpus)) + 1)
-    started = cluster.connect(Config(), address, dashboard_port=dashboard_port, num_cpus=cpus)
+    started = cluster.connect(
+        Config(), address, dashboard_host, dashboard_port=dashboard_port, num_cpus=cpus
+    )
     try:
         serve.start(http_options={"host": host, "port": port}, logging_config=QUIET)
         serve.run(build_app(dataclasses.asdict(options)), name=name, route_prefix=route_prefix)

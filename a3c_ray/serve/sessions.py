@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from a3c_ray.serve.serve_options import ServeOptions
+
 State = tuple[np.ndarray, ...]
 
 
@@ -57,10 +59,10 @@ class Session:
 class SessionTable:
     def __init__(
         self,
-        max_sessions: int = 10_000,
-        idle_seconds: float = 3600.0,
+        max_sessions: int = ServeOptions.max_sessions,
+        idle_seconds: float = ServeOptions.session_idle_seconds,
         lease_seconds: float = 60.0,
-        max_bytes: int = 256 << 20,
+        max_bytes: int = ServeOptions.max_session_bytes,
         clock: Callable[[], float] = time.monotonic,
     ):
         """``clock``: seconds from any start, never going back (tests pass their own)."""

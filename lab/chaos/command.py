@@ -30,7 +30,7 @@ NEVER_STEPS = 10**12
 def add_arguments(g: argparse.ArgumentParser) -> None:
     """The soak's flags, in seconds of training (0: never); each lands in ``args`` as
     ``chaos_<name>``. ``--config``, ``--set``, ``--workers`` choose what is trained,
-    ``--target-return`` and ``--floor`` judge its learning."""
+    ``--learned-return`` and ``--floor`` judge its learning."""
     g.add_argument(
         "--seconds", dest="chaos_seconds", type=float, default=600.0, help="seconds of training"
     )
@@ -178,7 +178,7 @@ def run(cfg: Config, args: argparse.Namespace) -> int:
     target = stability_target(cfg, args)
     if target is None:
         raise ConfigError(
-            [f"chaos needs --target-return: neither the config nor {cfg.env.id} sets one"]
+            [f"chaos needs --learned-return: neither the config nor {cfg.env.id} sets one"]
         )
     floor = args.floor if args.floor is not None else 2 * target / 3
     workers = getattr(args, "run.workers") or plan.worker_nodes
