@@ -298,3 +298,26 @@ def test_interrupts_held_while_a_run_ends_are_reported_not_raised() -> None:
     with pytest.raises(KeyboardInterrupt), interrupts_held("the test's block ends"):
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.1)
+
+
+def test_ctrl_c_before_the_actors_start_ends_the_run_with_its_summary(
+    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C between the run directory and the actors (here, while the free CPUs are counted)
+    is exit code 130 with a summary, not a traceback: on a busy machine that gap lasts seconds."""
+    from a3c_ray.runtime import session
+
+    def interrupted_while_counting(*args: object) -> str | None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1.0)  # the handler runs between two bytecodes of this thread
+        raise AssertionError("Ctrl-C did not interrupt the run's start")
+
+    monkeypatch.setattr(session, "start_shortfall", interrupted_while_counting)
+    cfg = small_config(tmp_path / "run", run__max_steps=10**9)
+    result = train(cfg)
+    assert result.exit_code == 130, result.summary
+    assert result.summary["stopped_because"] == "interrupted", result.summary
+    written = json.loads((tmp_path / "run" / layout.SUMMARY).read_text())
+    assert written["stopped_because"] == "interrupted"
+    assert (tmp_path / "run" / layout.CONFIG).exists()
+    assert not (tmp_path / "run" / layout.CHECKPOINTS / layout.LATEST).exists()

@@ -159,8 +159,10 @@ class RunSession:
         return cls(cfg, storage, overwrite and not resume, on_progress, tracker, callbacks, resume)
 
     def prepare(self) -> None:
-        prepare_run_dir(self.storage, self.replace)
-        self.storage.write_text(layout.CONFIG, self.cfg.to_yaml())
+        # Whole or not at all: a Ctrl-C here is raised once the config is written.
+        with interrupts_held("the run directory is written"):
+            prepare_run_dir(self.storage, self.replace)
+            self.storage.write_text(layout.CONFIG, self.cfg.to_yaml())
         if self.tracker is not None:
             self.tracker.open(self.cfg, self.storage, self.resumed)
 
@@ -333,13 +335,14 @@ def train(
     )
     try:
         cfg.run.workers = cfg.run.workers or default_workers(cfg, started)
-        session.prepare()
-        if get_current_placement_group() is None:  # a Tune trial's resources are reserved
-            shortfall = start_shortfall(cfg, cfg.run.workers)
-            if shortfall:
-                log.warning("a3c-ray: %s", shortfall)
+        # Ctrl-C from here on ends the run with its summary (exit code 130), however early.
         with stop_signals_as_interrupt():
             try:
+                session.prepare()
+                if get_current_placement_group() is None:  # a Tune trial's CPUs are reserved
+                    shortfall = start_shortfall(cfg, cfg.run.workers)
+                    if shortfall:
+                        log.warning("a3c-ray: %s", shortfall)
                 session.start().watch(bar)
             except KeyboardInterrupt:
                 interrupted = True
