@@ -61,6 +61,7 @@ def alive(run_dir: Path, suffix: str) -> bool:
     return True
 
 
+@pytest.mark.long
 def test_workers_spread_over_nodes_and_central_actors_stay_on_the_head(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -101,6 +102,7 @@ def test_parameter_server_shards_go_on_distinct_nodes(cluster: Cluster, tmp_path
     assert len(set(s["ps_nodes"])) == 3 and s["ps_nodes"][0] == cluster.head_node.node_id, s
 
 
+@pytest.mark.long
 def test_losing_a_node_restarts_its_worker_elsewhere_and_training_completes(
     cluster: Cluster, tmp_path: Path
 ) -> None:

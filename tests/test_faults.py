@@ -64,6 +64,7 @@ def trains_to_max_steps_despite(cfg: Config, fault: Callable[[], None]) -> RunSu
     return s
 
 
+@pytest.mark.long
 def test_killed_worker_is_restarted_and_only_its_rollout_is_lost(
     ray_session: None, tmp_path: Path
 ) -> None:
@@ -130,6 +131,7 @@ def test_a_worker_lost_now_and_then_is_restarted_more_often_than_max_worker_rest
     assert s["worker_restarts"] == 3 and not result.errors, s
 
 
+@pytest.mark.long
 def test_killed_parameter_server_comes_back_from_the_latest_checkpoint(
     ray_session: None, tmp_path: Path
 ) -> None:

@@ -95,6 +95,7 @@ def test_a_shard_grants_at_most_graph_workers_and_never_a_killed_workers_slot(
     assert claim(2)
 
 
+@pytest.mark.long
 def test_workers_on_the_servers_node_push_by_graph_up_to_the_limit(
     ray_session: None, tmp_path: Path
 ) -> None:

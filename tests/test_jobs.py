@@ -315,6 +315,7 @@ def local_cluster() -> Iterator[dict[str, Any]]:
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.long
 def test_cartpole_job_on_a_local_three_node_cluster_succeeds_and_leaves_its_run_directory(
     local_cluster: dict[str, Any],
     tmp_path: Path,
@@ -407,7 +408,11 @@ def test_cartpole_job_on_a_local_three_node_cluster_succeeds_and_leaves_its_run_
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "ship", ["working_dir", pytest.param("py_modules", marks=pytest.mark.long)]
+    "ship",
+    [
+        pytest.param("working_dir", marks=pytest.mark.long),
+        pytest.param("py_modules", marks=pytest.mark.long),
+    ],
 )
 def test_custom_env_job_finds_its_module_on_every_node(
     local_cluster: dict[str, Any], tmp_path: Path, ship: str

@@ -16,6 +16,7 @@ never goes back, keeps its counters, and ends at its target.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -47,16 +48,31 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         yield {k: v for k, v in env.items() if k != "A3C_RAY_STAGING"}
 
 
-@pytest.fixture
-def cluster() -> Iterator[LocalCluster]:
-    """A head and two worker nodes of one CPU each, up and down as the test says, and stopped
-    however it ends."""
-    c = LocalCluster(worker_nodes=2)
+@contextlib.contextmanager
+def local_cluster(worker_nodes: int, node_cpus: int) -> Iterator[LocalCluster]:
+    """A one-CPU head and ``worker_nodes`` nodes of ``node_cpus``, up and down as the test says,
+    and stopped however it ends."""
+    c = LocalCluster(worker_nodes=worker_nodes, node_cpus=node_cpus)
     try:
         yield c
     finally:
         left = c.close()
         assert not left, f"processes left after local.sh down: {left}"
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """A head and two worker nodes of one CPU each."""
+    with local_cluster(2, 1) as c:
+        yield c
+
+
+@pytest.fixture
+def one_node_cluster() -> Iterator[LocalCluster]:
+    """A head and one worker node of two CPUs: the round's two Workers, one node fewer to start
+    at each bring-up."""
+    with local_cluster(1, 2) as c:
+        yield c
 
 
 class Job:
@@ -144,12 +160,13 @@ def newest_checkpoint(run: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(570)
 def test_a_run_goes_on_from_s3_after_its_whole_cluster_is_killed(
-    s3: dict[str, str], cluster: LocalCluster, tmp_path: Path
+    s3: dict[str, str], one_node_cluster: LocalCluster, tmp_path: Path
 ) -> None:
     import s3fs
 
+    cluster = one_node_cluster
     run = f"s3://{BUCKET}/runs/round"
-    job = Job(cluster, s3, tmp_path, run, ("--max-steps", "40000"))
+    job = Job(cluster, s3, tmp_path, run, ("--max-steps", "20000"))
     seen: list[int] = []  # the newest checkpoint's env steps, as S3 held it
 
     cluster.up()
@@ -169,7 +186,7 @@ def test_a_run_goes_on_from_s3_after_its_whole_cluster_is_killed(
     # step budget, its counters and training time from there.
     assert seen == sorted(seen) and len(seen) >= 3, seen
     assert summary["resumed_from"] == f"{run}/checkpoints/ckpt-{lost['env_steps']}.pt"
-    assert summary["stopped_because"] == "max_steps" and summary["env_steps"] >= 40_000, summary
+    assert summary["stopped_because"] == "max_steps" and summary["env_steps"] >= 20_000, summary
     went_on = {k: (lost[k], summary[k]) for k in ("episodes", "train_seconds")}
     went_on["gradients"] = (lost["gradients_applied"], summary["gradient_updates"])
     assert all(before < after for before, after in went_on.values()), (seen, went_on)

@@ -228,6 +228,7 @@ def test_a_callback_returning_false_stops_the_run_cleanly_and_says_so(
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_a_callback_that_raises_ends_the_run_whole_then_train_raises_it_again(
     ray_session: None, tmp_path: Path
 ) -> None:
@@ -249,6 +250,7 @@ def test_a_callback_that_raises_ends_the_run_whole_then_train_raises_it_again(
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_ctrl_c_in_the_main_thread_ends_the_run_with_a_checkpoint_and_returns_its_summary(
     ray_session: None, tmp_path: Path
 ) -> None:

@@ -72,6 +72,7 @@ def test_resume_of_a_run_without_a_good_checkpoint_exits_2(
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run: Path) -> None:
     first = summary(finished_run)
     last_ckpt = load_checkpoint(finished_run / layout.CHECKPOINTS / layout.LATEST)
@@ -100,6 +101,7 @@ def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_resume_skips_a_corrupted_latest_checkpoint(ray_session: None, tmp_path: Path) -> None:
     run_dir = tmp_path / "corrupt"
     cfg = small_config(
@@ -206,6 +208,7 @@ def test_resume_auto_starts_a_run_then_continues_it_exactly(
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_resume_auto_of_a_run_lost_before_its_first_checkpoint_starts_it_again(
     ray_session: None, tmp_path: Path
 ) -> None:

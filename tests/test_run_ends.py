@@ -55,6 +55,7 @@ SLACK = 45.0
 DECISION_SLACK = 10.0
 
 
+@pytest.mark.long
 def test_workers_that_cannot_be_placed_do_not_hold_a_run_past_its_time_limit(
     ray_session: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,6 +1,11 @@
 """a3c-ray serve on a real Ray Serve, answering real HTTP on 127.0.0.1: actions and values as the
 policy computes them, batching, images as .npy, sessions that act as eval does, refusals that
-leave the server serving, a checkpoint swap under load, and the command itself."""
+leave the server serving, a checkpoint swap under load, and the command itself.
+
+``make test`` runs the command itself (Serve's proxy, an embedded Ray, a request and Ctrl-C): the
+application's answers are proven in process there (test_serve_app, test_serve_requests,
+test_serve_fuzz). The tests over one shared Serve application (``server``) run with
+``make test-long``."""
 
 from __future__ import annotations
 
@@ -101,6 +106,7 @@ def ok(client: Any, path: str, payload: Any) -> dict[str, Any]:
 # -- acting ------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_act_answers_in_order_what_the_policy_computes(server: dict[str, Any]) -> None:
     policy = load_policy(server["root"] / "mlp")
     obs = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
@@ -112,6 +118,7 @@ def test_act_answers_in_order_what_the_policy_computes(server: dict[str, Any]) -
     assert len(sampled["actions"]) == 7 and set(sampled["actions"]) <= {0, 1}
 
 
+@pytest.mark.long
 def test_concurrent_requests_share_forward_passes_and_each_gets_its_own_answer(
     server: dict[str, Any],
 ) -> None:
@@ -141,6 +148,7 @@ def test_concurrent_requests_share_forward_passes_and_each_gets_its_own_answer(
     )
 
 
+@pytest.mark.long
 def test_healthz_and_metadata_describe_the_policy(server: dict[str, Any]) -> None:
     client = server["client"]
     assert client.get("/cnn/healthz").json() == {"status": "ok", "step": 1000}
@@ -160,6 +168,7 @@ def test_healthz_and_metadata_describe_the_policy(server: dict[str, Any]) -> Non
     assert lstm["recurrent"] is True and lstm["lstm_size"] == 8
 
 
+@pytest.mark.long
 def test_image_observations_as_npy_bytes_and_as_json_get_the_same_answer(
     server: dict[str, Any],
 ) -> None:
@@ -182,6 +191,7 @@ def test_image_observations_as_npy_bytes_and_as_json_get_the_same_answer(
 # -- sessions ----------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_a_session_acts_as_eval_does_over_an_episode(server: dict[str, Any]) -> None:
     """Two sessions played in turn on two replicas: each one's actions and values are the ones
     the loaded policy computes with its state carried, and the episode is the one eval plays."""
@@ -211,6 +221,7 @@ def test_a_session_acts_as_eval_does_over_an_episode(server: dict[str, Any]) -> 
         assert client.delete(f"/lstm/sessions/{sessions[i]}").status_code == 200
 
 
+@pytest.mark.long
 def test_a_session_of_several_envs_resets_the_rows_it_is_told_to(server: dict[str, Any]) -> None:
     client = server["client"]
     policy = load_policy(server["root"] / "lstm")
@@ -252,6 +263,7 @@ BAD = [
     BAD,
     ids=["shape", "dtype", "nan", "too-big", "not-json", "unknown-session", "npy-dtype", "route"],
 )
+@pytest.mark.long
 def test_a_bad_request_gets_a_4xx_one_line_json_error_and_the_server_keeps_serving(
     server: dict[str, Any], path: str, body: Any, content_type: str | None, status: int, match: str
 ) -> None:
@@ -277,6 +289,7 @@ def test_a_bad_request_gets_a_4xx_one_line_json_error_and_the_server_keeps_servi
     ok(client, f"/{app}/act", {"observations": obs})
 
 
+@pytest.mark.long
 def test_wrong_methods_get_405(server: dict[str, Any]) -> None:
     r = server["client"].get("/mlp/act")
     assert r.status_code == 405 and "POST" in r.json()["error"]
@@ -285,6 +298,7 @@ def test_wrong_methods_get_405(server: dict[str, Any]) -> None:
 # -- the token ---------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_a_locked_policy_answers_401_without_its_token_and_200_with_it(
     server: dict[str, Any],
 ) -> None:
@@ -311,6 +325,7 @@ def test_a_locked_policy_answers_401_without_its_token_and_200_with_it(
 # -- sessions past the limit -------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_a_session_past_the_limit_gets_503_and_the_live_one_is_kept(server: dict[str, Any]) -> None:
     client = server["client"]
     auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -335,6 +350,7 @@ def test_a_session_past_the_limit_gets_503_and_the_live_one_is_kept(server: dict
 
 
 @pytest.mark.parametrize(("app", "obs_dim"), [("mlp", 4), ("lstm", 2)])
+@pytest.mark.long
 def test_fuzzed_requests_over_http_answer_2xx_or_4xx_and_the_server_keeps_serving(
     server: dict[str, Any], app: str, obs_dim: int
 ) -> None:
@@ -382,6 +398,7 @@ def test_fuzzed_requests_over_http_answer_2xx_or_4xx_and_the_server_keeps_servin
 # -- follow ------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_follow_swaps_in_each_newer_best_checkpoint_without_a_failed_request(
     server: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -62,6 +62,7 @@ def test_unknown_uri_scheme_is_bad_input(
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_training_into_a_uri_then_resuming_from_it(ray_session: None, tmp_path: Path) -> None:
     uri = f"file://{tmp_path}/shared/run"
     remote = tmp_path / "shared" / "run"

@@ -300,6 +300,7 @@ def only_run(client: Any, experiment: str) -> Any:
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.long
 def test_train_track_mlflow_logs_params_every_scalar_artifacts_and_a_resume_appends(
     ray_session: None,
     mlflow_server: str,

@@ -165,6 +165,7 @@ def test_two_shards_on_a_bfloat16_wire_solve_cartpole(ray_session: None, tmp_pat
     assert res["mean_return"] >= 400, res
 
 
+@pytest.mark.long
 def test_two_shards_on_a_bfloat16_wire_train_to_one_whole_checkpoint(
     ray_session: None, tmp_path: Path
 ) -> None:
@@ -245,7 +246,9 @@ def test_short_run_stops_at_max_steps_and_writes_everything(
     assert len(list(videos.glob("*.mp4"))) == 2
 
 
-@pytest.mark.parametrize(("overlap", "staleness"), [(False, 0), (True, 1)])
+@pytest.mark.parametrize(
+    ("overlap", "staleness"), [pytest.param(False, 0, marks=pytest.mark.long), (True, 1)]
+)
 def test_a_lone_worker_is_exactly_one_version_staler_with_the_push_overlapped(
     ray_session: None, tmp_path: Path, overlap: bool, staleness: int
 ) -> None:
@@ -275,7 +278,7 @@ def sigint_ignored() -> None:
         pytest.param(signal.SIGINT, interruptible, marks=pytest.mark.long),
         (signal.SIGTERM, interruptible),
         # started in the background of a script: `kill -INT` / `timeout -s INT` still stop it
-        (signal.SIGINT, sigint_ignored),
+        pytest.param(signal.SIGINT, sigint_ignored, marks=pytest.mark.long),
     ],
 )
 def test_interrupt_saves_a_checkpoint_and_summary_then_exits_130(

@@ -288,6 +288,7 @@ def test_a_two_sample_search_names_its_best_trial(
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_a_failed_trial_is_reported_and_the_search_goes_on(
     ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -326,7 +327,7 @@ def seeded_sampling() -> Iterator[None]:
     [
         # 15 s of training each, however fast the machine: both trials overlap for most of it,
         # and each passes several decisions (PBT exploits from a trial's second decision on).
-        (1000, {"max_steps": 10**9, "time_limit": 15.0}),
+        pytest.param(1000, {"max_steps": 10**9, "time_limit": 15.0}, marks=pytest.mark.long),
         pytest.param(3000, {"max_steps": 30000}, marks=pytest.mark.long),
     ],
     ids=["15s", "30k"],
