@@ -72,14 +72,16 @@ _USES_SHARED: set[str] = set()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules that use the shared Ray run last, one after another, so that it starts once."""
+    """The modules that use the shared Ray run first, one after another, so that it starts once
+    (first: the process's first Ray is started in the suite's own environment, as in file order,
+    where test_atari's comes first)."""
     for item in items:
         defs = getattr(item, "_fixtureinfo", None)
         names = defs.name2fixturedefs.get("ray_session", ()) if defs is not None else ()
         # The closest definition: conftest's, or a module's own of that name.
         if names and names[-1].func.__module__.endswith("conftest"):
             _USES_SHARED.add(item.nodeid.split("::")[0])
-    items.sort(key=lambda item: item.nodeid.split("::")[0] in _USES_SHARED)  # stable
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in _USES_SHARED)  # stable
 
 
 def stop_shared_ray() -> None:
@@ -125,7 +127,8 @@ def init_local_ray(**kwargs: Any) -> Any:
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
     """The shared local Ray of 4 CPUs: started by the first module that asks for it, kept for the
-    next (modules with a Ray of their own, a cluster or a dashboard, start their own)."""
+    next (modules with a Ray of their own, a cluster or a dashboard, start theirs after it is
+    shut down)."""
     import ray
 
     if not (_SHARED["up"] and ray.is_initialized()):
