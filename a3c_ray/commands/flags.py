@@ -1,4 +1,5 @@
-"""The flags that set config fields, shared by ``train`` and ``bench``: one definition each."""
+"""What several commands take, defined once: the flags that set config fields (``train``, ``bench``),
+``--set``, a live run (``status``, ``scale``), the embedded Ray's dashboard flags."""
 
 from __future__ import annotations
 
