@@ -1,6 +1,4 @@
-"""Shared fixtures. One local Ray instance (``ray_session``) serves every module that asks for it,
-one after another: ray.init costs seconds. A module that starts a Ray of its own (a dashboard, a
-cluster, Serve) stops the shared one first, and a module that does not ask for it runs without it."""
+"""Shared fixtures. One local Ray instance serves every Ray test of a module (ray.init costs seconds)."""
 
 from __future__ import annotations
 
@@ -65,55 +63,10 @@ def no_ray_unless_marked(request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail("this test started Ray: mark it with @pytest.mark.ray or keep Ray out of it")
 
 
-_SHARED: dict[str, bool] = {"up": False}
-"""Whether the Ray this process holds is the shared one of ``ray_session``."""
-_USES_SHARED: set[str] = set()
-"""The modules with a test that asks for the shared Ray (conftest's ``ray_session``)."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules that use the shared Ray run first, one after another, so that it starts once
-    (first: the process's first Ray is started in the suite's own environment, as in file order,
-    where test_atari's comes first)."""
-    for item in items:
-        defs = getattr(item, "_fixtureinfo", None)
-        names = defs.name2fixturedefs.get("ray_session", ()) if defs is not None else ()
-        # The closest definition: conftest's, or a module's own of that name.
-        if names and names[-1].func.__module__.endswith("conftest"):
-            _USES_SHARED.add(item.nodeid.split("::")[0])
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in _USES_SHARED)  # stable
-
-
-def stop_shared_ray() -> None:
-    """Shut down the shared Ray, if it is up."""
-    if _SHARED["up"]:
-        import ray
-
-        ray.shutdown()
-        _SHARED["up"] = False
-
-
-@pytest.fixture(scope="module", autouse=True)
-def shared_ray_only_where_asked(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A module that does not use the shared Ray starts without it (it may start its own)."""
-    if request.node.nodeid not in _USES_SHARED:
-        stop_shared_ray()
-    yield
-
-
-@pytest.fixture(scope="session", autouse=True)
-def shared_ray_stopped_at_the_end() -> Iterator[None]:
-    yield
-    stop_shared_ray()
-
-
 def init_local_ray(**kwargs: Any) -> Any:
     """``ray.init(address="local", **kwargs)``, once more if the node did not register within
-    Ray's fixed 30 s (a machine busy with other work can take longer to start a raylet). The
-    shared Ray, if up, is shut down first."""
+    Ray's fixed 30 s (a machine busy with other work can take longer to start a raylet)."""
     import ray
-
-    stop_shared_ray()
 
     try:
         return ray.init(address="local", **kwargs)
@@ -126,33 +79,18 @@ def init_local_ray(**kwargs: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
-    """The shared local Ray of 4 CPUs: started by the first module that asks for it, kept for the
-    next (modules with a Ray of their own, a cluster or a dashboard, start theirs after it is
-    shut down)."""
+    """A local Ray for the tests of one module (modules with a multi-node cluster start their own)."""
     import ray
 
-    if not (_SHARED["up"] and ray.is_initialized()):
+    if not ray.is_initialized():
         init_local_ray(  # a new Ray, even where a `ray start` cluster runs on this machine
             num_cpus=4,
             include_dashboard=False,
             logging_level="WARNING",
             _node_ip_address="127.0.0.1",
         )
-        _SHARED["up"] = True
     yield
-    # What a module started on it must be gone before the next module uses it: with CPUs still
-    # held after 20 s, the next module gets a Ray of its own.
-    import time
-    import warnings
-
-    deadline = time.monotonic() + 20.0
-    while ray.available_resources().get("CPU", 0.0) < 4.0 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if ray.available_resources().get("CPU", 0.0) < 4.0:
-        warnings.warn(
-            f"{ray.available_resources()} left at a module's end: Ray restarted", stacklevel=1
-        )
-        stop_shared_ray()
+    ray.shutdown()
 
 
 def small_config(tmp_path: os.PathLike[str] | str, **overrides: object) -> Config:

@@ -262,6 +262,7 @@ def test_env_that_raises_is_recreated_and_counted(ray_session: None, tmp_path: P
     assert s["episodes"] > 0 and 1 <= s["mean_return_100"] <= 500, s
 
 
+@pytest.mark.long
 def test_worker_that_fails_over_and_over_stops_the_run_with_a_clear_error(
     ray_session: None, tmp_path: Path
 ) -> None:

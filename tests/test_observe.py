@@ -253,6 +253,7 @@ def test_status_shows_the_restarted_worker(
     wait_for(lambda: slot_0() == "ALIVE", timeout=60, what="Worker-0 alive again")
 
 
+@pytest.mark.long
 def test_scale_adds_and_retires_workers_of_a_live_run(
     live_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

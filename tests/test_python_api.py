@@ -206,6 +206,7 @@ def test_train_from_a_thread_reaches_a_cartpole_target_and_its_policy_loads_and_
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_a_callback_returning_false_stops_the_run_cleanly_and_says_so(
     ray_session: None, tmp_path: Path
 ) -> None:

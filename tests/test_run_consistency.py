@@ -230,6 +230,7 @@ def test_weights_cached_by_version_are_not_served_after_a_rollback_to_that_versi
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_weights_sent_by_reference_after_a_rollback_are_the_rolled_back_ones(
     ray_session: None, tmp_path: Path
 ) -> None:

@@ -182,6 +182,7 @@ def test_two_shards_on_a_bfloat16_wire_train_to_one_whole_checkpoint(
     assert evaluate_checkpoint(latest, episodes=2, seed=7)["episodes"] == 2
 
 
+@pytest.mark.long
 def test_a_box_action_space_trains_on_ray_and_eval_plays_its_checkpoint(
     ray_session: None, tmp_path: Path
 ) -> None:
@@ -247,7 +248,8 @@ def test_short_run_stops_at_max_steps_and_writes_everything(
 
 
 @pytest.mark.parametrize(
-    ("overlap", "staleness"), [pytest.param(False, 0, marks=pytest.mark.long), (True, 1)]
+    ("overlap", "staleness"),
+    [pytest.param(False, 0, marks=pytest.mark.long), pytest.param(True, 1, marks=pytest.mark.long)],
 )
 def test_a_lone_worker_is_exactly_one_version_staler_with_the_push_overlapped(
     ray_session: None, tmp_path: Path, overlap: bool, staleness: int
