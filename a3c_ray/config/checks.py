@@ -6,27 +6,19 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from a3c_ray.config.sections import (
-    AlgoConfig,
-    EnvConfig,
-    ModelConfig,
-    MonitorConfig,
-    PSConfig,
-    RunConfig,
-    TuneConfig,
-)
+from a3c_ray.config import sections as s
 
 
 class Config(Protocol):
     """What the checks read: the sections of ``fields.Config`` (which calls them)."""
 
-    env: EnvConfig
-    model: ModelConfig
-    algo: AlgoConfig
-    run: RunConfig
-    monitor: MonitorConfig
-    ps: PSConfig
-    tune: TuneConfig
+    env: s.EnvConfig
+    model: s.ModelConfig
+    algo: s.AlgoConfig
+    run: s.RunConfig
+    monitor: s.MonitorConfig
+    ps: s.PSConfig
+    tune: s.TuneConfig
 
 
 LOG_STD_BOUNDS = (-5.0, 2.0)
