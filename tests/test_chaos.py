@@ -21,7 +21,7 @@ import pytest
 
 from .conftest import run_bounded
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND = 60.0

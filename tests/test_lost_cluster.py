@@ -33,7 +33,7 @@ from lab.local_cluster import LocalCluster
 
 from .conftest import moto_s3
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parents[1]
 PREINSTALLED = ROOT / "cluster" / "runtime_env.preinstalled.yaml"
