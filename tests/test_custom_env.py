@@ -127,6 +127,7 @@ def test_the_corridor_is_learned_in_process_with_its_kwargs(in_example: Path) ->
 
 
 @pytest.mark.ray
+@pytest.mark.long
 def test_a_custom_env_trains_on_ray_and_eval_rebuilds_it_from_the_checkpoint(
     tmp_path: Path,
 ) -> None:

@@ -81,6 +81,7 @@ def test_a_push_by_graph_applies_exactly_what_a_push_by_call_applies(
     assert bool((stats_a["square_avg"] == stats_b["square_avg"]).all())  # shared RMSProp's
 
 
+@pytest.mark.long
 def test_a_shard_grants_at_most_graph_workers_and_never_a_killed_workers_slot(
     ray_session: None, tmp_path: Path
 ) -> None:
@@ -155,6 +156,7 @@ def test_a_push_sent_again_after_its_graph_failed_is_applied_once_on_every_shard
     assert ray.get(handles[0].progress.remote()).episodes == 1
 
 
+@pytest.mark.long
 def test_with_max_staleness_the_shards_calls_follow_the_coordinators_verdict(
     ray_session: None, tmp_path: Path
 ) -> None:

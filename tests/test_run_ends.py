@@ -191,7 +191,13 @@ def stopping(run_dir: Path) -> bool:
         # Ctrl-C while the actors start, two of the three Workers without a CPU.
         ("starting, Workers pending", {"run.workers": 3}, 2, started),
         # Ctrl-C while one Worker trains and two wait for CPUs.
-        ("training, Workers pending", {"run.workers": 3}, 2, training),
+        pytest.param(
+            "training, Workers pending",
+            {"run.workers": 3},
+            2,
+            training,
+            marks=pytest.mark.long,
+        ),
         # Ctrl-C while both Workers hang inside env.step: they are killed after the grace. (No
         # Worker spends its 300 steps spreading its envs: env.decorrelate_steps 0.)
         pytest.param(

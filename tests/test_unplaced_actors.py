@@ -52,6 +52,7 @@ def test_ctrl_c_ends_a_run_whose_parameter_server_was_never_placed_at_once(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_final_checkpoint_waits_a_bounded_time_for_a_monitor_never_placed(
     ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
