@@ -45,14 +45,16 @@ unit: venv
 fast: venv
 	$(BIN)/pytest -m "not ray and not slow and not long" -q
 
-# What CI runs: every test but the long proofs, each of which keeps a short counterpart here.
-# The tests that bring up local clusters of their own (the chaos smoke, the lost-cluster round)
-# mostly wait on other processes; they run in a second pytest beside the rest, their report
-# printed after it (in $(CLUSTER_LOG)); make test fails when either fails.
+# What CI runs: lint, mypy, then every test but the long proofs, each of which keeps a short
+# counterpart here. The tests that bring up local clusters of their own (the chaos smoke, the
+# lost-cluster round) mostly wait on other processes: they start first, in a second pytest that
+# runs beside lint, mypy and the other tests, and their report follows the others' (it is
+# written to $(CLUSTER_LOG)). make test fails when either part fails.
 CLUSTER_LOG ?= .cluster-tests.log
-test: lint typecheck
+test: venv
 	@echo "make test: the cluster tests run beside the others, reported at the end"
-	$(BIN)/pytest -m "cluster and not long" -q -p no:cacheprovider > $(CLUSTER_LOG) 2>&1 & cluster=$$!; \
+	@$(BIN)/pytest -m "cluster and not long" -q -p no:cacheprovider > $(CLUSTER_LOG) 2>&1 & cluster=$$!; \
+	$(MAKE) --no-print-directory lint typecheck && \
 	$(BIN)/pytest -m "not cluster and not long" -q --durations=25; rest=$$?; \
 	wait $$cluster; clustered=$$?; \
 	echo "--- the cluster tests (pytest -m 'cluster and not long'):"; cat $(CLUSTER_LOG); \
