@@ -423,8 +423,11 @@ def test_asha_stops_poor_trials_early(
     assert code == 0 and len(res["trials"]) == 4
     stopped = [t for t in res["trials"] if t["stopped_because"] == "interrupted"]
     assert stopped, res["trials"]  # ended by the scheduler, with a summary and a checkpoint
-    assert all(t["env_steps"] < max_steps for t in stopped)
-    assert any(t["stopped_because"] == "max_steps" for t in res["trials"])
+    # At least one was cut short. A trial whose first report past a rung comes as late as its
+    # last step (a loaded machine reports seldom) is stopped there, at its budget: not a failure.
+    steps = [(t["values"], t["stopped_because"], t["env_steps"]) for t in res["trials"]]
+    assert any(t["env_steps"] < max_steps for t in stopped), steps
+    assert any(t["stopped_because"] == "max_steps" for t in res["trials"]), steps
 
 
 @pytest.mark.ray
