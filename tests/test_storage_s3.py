@@ -43,6 +43,7 @@ def s3_and_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             ray.shutdown()
 
 
+@pytest.mark.long
 def test_a_run_on_s3_reports_s3_paths_eval_reads_them_and_resume_auto_continues_it(
     s3_and_ray: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
