@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from a3c_ray.algo.messages import Progress
-from lab.chaos.plan import ChaosPlan, Fault, went_on
+from lab.chaos.plan import ChaosPlan, Fault, lost_slots, went_on
 
 
 def progress(env_steps: int, worker_steps: dict[int, int], ps_restarts: int = 0) -> Progress:
@@ -65,6 +65,18 @@ def test_a_lost_node_is_over_when_its_workers_are_back_after_it_returned() -> No
     assert not went_on(f, progress(1500, {0: 1200, 1: 300}), 41.0, None)
     assert went_on(f, progress(1600, {0: 1200, 1: 400}), 45.0, None)
     assert d["slots_back_after_return"] == 5.0
+
+
+def test_a_worker_lost_and_not_back_is_not_killed_again() -> None:
+    """A Worker on a lost node may still look alive to Ray; killing it would be a second fault
+    that costs the run no restart of its own."""
+    node = Fault("node", "node 2", at=3.0, detail={"slots": [1], "ps_restarts": 0})
+    killed = Fault("worker", "Worker-0", at=20.0, detail={"slot": 0, "ps_restarts": 0})
+    assert lost_slots([]) == set()
+    assert lost_slots([node]) == {1}
+    assert lost_slots([node, killed]) == {0, 1}
+    ps = Fault("ps", "ParameterServer", at=30.0, detail={"env_steps": 10, "ps_restarts": 0})
+    assert lost_slots([ps]) == set()
 
 
 def test_the_schedule_keeps_the_last_seconds_free_of_faults() -> None:

@@ -86,6 +86,19 @@ class SoakResult:
     job_logs_tail: str = ""
 
 
+def lost_slots(pending: list[Fault]) -> set[int]:
+    """Worker slots lost to a fault still ``pending`` (not yet trained on): the slot of a killed
+    Worker, or those of the lost node, whose death Ray may not have noticed yet. The soak kills
+    only a Worker that trains, so that every kill costs the run one restart of its own."""
+    lost: set[int] = set()
+    for f in pending:
+        if f.kind == "worker":
+            lost.add(int(f.detail["slot"]))
+        elif f.kind == "node":
+            lost.update(int(s) for s in f.detail["slots"])
+    return lost
+
+
 def went_on(f: Fault, p: Progress, now: float, latest_checkpoint: str | None) -> bool:
     """Has training gone on after fault ``f`` (``lab.chaos.soak``'s docstring says what that means),
     seen at ``now`` in progress ``p``, with ``latest_checkpoint`` the one the run names now? Notes

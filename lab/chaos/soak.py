@@ -6,7 +6,8 @@ all the time, and what the run does about each of them.
 Workers), submits ``a3c-ray train --resume auto`` as a Ray job through the Jobs SDK, attaches to
 the cluster, and on a fixed schedule, counted from the run's first env steps:
 
-- kills a random Worker every ``worker_every`` seconds (the driver replaces it);
+- kills a random Worker every ``worker_every`` seconds (the driver replaces it), one that is
+  training: not one lost before (killed, or on the lost node) that has not pushed since;
 - kills the ParameterServer, or a random shard, every ``ps_every`` seconds (Ray restarts it from
   the newest checkpoint);
 - kills the Monitor once, at ``monitor_at`` (Ray restarts it);
@@ -52,7 +53,7 @@ from a3c_ray.runtime.jobs import (
 from a3c_ray.runtime.live import live_runs
 from a3c_ray.runtime.remote import NAMESPACE
 from lab.chaos.checkpoints import CheckpointWatch
-from lab.chaos.plan import ChaosPlan, Fault, SoakResult, went_on
+from lab.chaos.plan import ChaosPlan, Fault, SoakResult, lost_slots, went_on
 from lab.chaos.probe import actor_memory, attach, worker_hosts
 from lab.local_cluster import LocalCluster
 
@@ -166,7 +167,9 @@ class Soak:
             now = self.now()
             while events and events[0][0] <= now:
                 _, kind = events.pop(0)
-                self._inject(kind)
+                if not self._inject(kind):  # no Worker to kill yet: try again in a second
+                    events = sorted([*events, (now + 1.0, kind)])
+                    break
             p = self._poll()
             if p is not None:
                 self._record(p)
@@ -235,10 +238,11 @@ class Soak:
         )
 
     # -- faults ----------------------------------------------------------------------------------
-    def _inject(self, kind: str) -> None:
+    def _inject(self, kind: str) -> bool:
+        """Inject one fault of ``kind``; False when it must wait (every Worker is already lost)."""
         try:
             if kind == "worker":
-                self._kill_worker()
+                return self._kill_worker()
             elif kind == "ps":
                 self._kill_ps()
             elif kind == "monitor":
@@ -249,6 +253,7 @@ class Soak:
                 self._node_back()
         except (ray.exceptions.RayError, ValueError, RuntimeError) as e:
             log.warning("chaos: %s not injected: %s", kind, e)
+        return True
 
     def _fault(self, kind: str, target: str, **detail: Any) -> Fault:
         f = Fault(kind, target, round(self.now(), 2), detail=detail)
@@ -260,8 +265,11 @@ class Soak:
     def _slot_steps(self, slot: int) -> int:
         return 0 if self.last is None else int(self.last.worker_steps.get(slot, 0))
 
-    def _kill_worker(self) -> None:
-        slot = self.rng.randrange(self.workers)
+    def _kill_worker(self) -> bool:
+        live = sorted(set(range(self.workers)) - lost_slots(self.pending))
+        if not live:
+            return False
+        slot = self.rng.choice(live)
         handle = ray.get_actor(f"{self.run_id}/Worker-{slot}", namespace=NAMESPACE)
         assert self.last is not None
         # The slot's steps read now, not at the last poll (a Worker pushes many times in one),
@@ -279,6 +287,7 @@ class Soak:
             baseline=steps + self.push_steps,
             ps_restarts=restarts,
         )
+        return True
 
     def _kill_ps(self) -> None:
         shard = self.rng.randrange(self.shards)
