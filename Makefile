@@ -49,11 +49,13 @@ fast: venv
 # counterpart here. The tests that bring up local clusters of their own (the chaos smoke, the
 # lost-cluster round) mostly wait on other processes: they start first, in a second pytest that
 # runs beside lint, mypy and the other tests, and their report follows the others' (it is
-# written to $(CLUSTER_LOG)). make test fails when either part fails.
+# written to $(CLUSTER_LOG)); that pytest collects only the modules that mark tests `cluster`.
+# make test fails when either part fails.
 CLUSTER_LOG ?= .cluster-tests.log
+CLUSTER_TESTS = $(shell grep -l 'mark\.cluster' tests/test_*.py)
 test: venv
 	@echo "make test: the cluster tests run beside the others, reported at the end"
-	@$(BIN)/pytest -m "cluster and not long" -q -p no:cacheprovider > $(CLUSTER_LOG) 2>&1 & cluster=$$!; \
+	@$(BIN)/pytest $(CLUSTER_TESTS) -m "cluster and not long" -q -p no:cacheprovider > $(CLUSTER_LOG) 2>&1 & cluster=$$!; \
 	$(MAKE) --no-print-directory lint typecheck && \
 	$(BIN)/pytest -m "not cluster and not long" -q --durations=25; rest=$$?; \
 	wait $$cluster; clustered=$$?; \

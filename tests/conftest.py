@@ -1,4 +1,5 @@
-"""Shared fixtures. One local Ray instance serves every Ray test of a module (ray.init costs seconds)."""
+"""Shared fixtures. One local Ray serves every module that asks for ``ray_session`` (ray.init costs
+seconds): those modules run last, one after another."""
 
 from __future__ import annotations
 
@@ -77,20 +78,112 @@ def init_local_ray(**kwargs: Any) -> Any:
         return ray.init(address="local", **kwargs)
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[None]:
-    """A local Ray for the tests of one module (modules with a multi-node cluster start their own)."""
+SHARED_RAY: dict[str, Any] = {
+    "num_cpus": 4,
+    "include_dashboard": False,
+    "logging_level": "WARNING",
+    "_node_ip_address": "127.0.0.1",
+}
+"""The options of ``ray_session``'s Ray; ``dashboard_ray`` adds a dashboard and a metrics port."""
+
+RAY_FIXTURES = ("dashboard_ray", "ray_session")
+"""The shared Rays, in the order their modules run (after every module that needs neither)."""
+
+_next_item: list[pytest.Item | None] = [None]
+_module_ray: dict[object, str] = {}
+_running: dict[str, Any] = {}
+"""The shared Ray running now: its fixture's name ("kind") and what that fixture yields."""
+
+
+def _ray_kind(fixturenames: list[str]) -> str | None:
+    return next((name for name in RAY_FIXTURES if name in fixturenames), None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules run grouped by the shared Ray they ask for (a dashboard one, then the plain one),
+    after the modules that need neither, each in its own order: the first module of a group
+    starts its Ray, the next ones have it."""
+    for item in items:
+        kind = _ray_kind(item.fixturenames)  # type: ignore[attr-defined]
+        if kind is not None:  # a module that needs a dashboard anywhere gets one for all
+            module = item.module  # type: ignore[attr-defined]
+            _module_ray[module] = min(kind, _module_ray.get(module, kind), key=RAY_FIXTURES.index)
+    order: dict[str | None, int] = {None: 0}
+    order.update((kind, i + 1) for i, kind in enumerate(RAY_FIXTURES))
+    items.sort(key=lambda item: order[_module_ray.get(item.module)])  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _next_item[0] = nextitem  # read by the shared Rays' teardown, which runs inside this hook
+    return (yield)
+
+
+def _ray_left_clean(timeout: float = 5.0) -> bool:
+    """No actor of a run alive, every CPU free: the next module may have this Ray as it is."""
+    import time
+
     import ray
 
+    deadline = time.monotonic() + timeout
+    while True:
+        named = ray.util.list_named_actors(all_namespaces=True)
+        free = ray.available_resources().get("CPU", 0.0) >= ray.cluster_resources().get("CPU", 0.0)
+        if not named and free:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
+def _start_ray(kind: str) -> Any:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    if kind == "ray_session":
+        init_local_ray(**SHARED_RAY)  # a new Ray, even where a `ray start` cluster runs here
+        return None
+    metrics_port = free_port()
+    ctx = init_local_ray(
+        **{**SHARED_RAY, "include_dashboard": True},
+        dashboard_port=free_port(),
+        _metrics_export_port=metrics_port,
+    )
+    return {"metrics_port": metrics_port, "dashboard_url": "http://" + ctx.dashboard_url}
+
+
+def _shared_ray(kind: str) -> Iterator[Any]:
+    """The Ray of ``kind`` for one module: the running one if it is of that kind (or, for
+    ``ray_session``, any), else a new one. The module leaves it to the next only when that module
+    shares it and nothing of this one's is left on it; otherwise it is shut down."""
+    import ray
+
+    running = _running.get("kind") if ray.is_initialized() else None
+    if running is None or (running != kind and kind != "ray_session"):
+        _running.update(kind=kind, value=_start_ray(kind))
+    value = _running["value"] if _running.get("kind") == kind else None
+    yield value
+    following = _next_item[0]
     if not ray.is_initialized():
-        init_local_ray(  # a new Ray, even where a `ray start` cluster runs on this machine
-            num_cpus=4,
-            include_dashboard=False,
-            logging_level="WARNING",
-            _node_ip_address="127.0.0.1",
-        )
-    yield
-    ray.shutdown()
+        return
+    mine = _module_ray.get(following.module) if following is not None else None  # type: ignore[attr-defined]
+    if mine is None or mine != _running.get("kind") or not _ray_left_clean():
+        ray.shutdown()
+        _running.clear()
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[None]:
+    """A local Ray with 4 CPUs and no dashboard, shared by the modules that ask for it."""
+    yield from _shared_ray("ray_session")
+
+
+@pytest.fixture(scope="module")
+def dashboard_ray() -> Iterator[dict[str, Any]]:
+    """A local Ray with 4 CPUs, a dashboard (Ray's state API, the Jobs API) and a metrics port:
+    ``{"metrics_port": ..., "dashboard_url": "http://127.0.0.1:..."}``."""
+    yield from _shared_ray("dashboard_ray")
 
 
 def small_config(tmp_path: os.PathLike[str] | str, **overrides: object) -> Config:

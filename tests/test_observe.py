@@ -21,38 +21,23 @@ from a3c_ray.config import RunConfig
 from a3c_ray.rundir import layout
 from a3c_ray.runtime.session import train
 
-from .conftest import free_port, init_local_ray, named_actor, small_config, wait_for
+from .conftest import named_actor, small_config, wait_for
 from .test_train_ray import read_tags
 
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def ray_with_dashboard() -> Iterator[dict[str, Any]]:
-    assert not ray.is_initialized()
-    port = free_port()
-    ctx = init_local_ray(  # a new Ray, even where a `ray start` cluster runs on this machine
-        num_cpus=4,
-        include_dashboard=True,
-        dashboard_port=free_port(),
-        _metrics_export_port=port,
-        logging_level="WARNING",
-    )
-    yield {"metrics_port": port, "dashboard_url": "http://" + ctx.dashboard_url}
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def metrics_port(ray_with_dashboard: dict[str, Any]) -> int:
-    return int(ray_with_dashboard["metrics_port"])
+def metrics_port(dashboard_ray: dict[str, Any]) -> int:
+    return int(dashboard_ray["metrics_port"])
 
 
 def test_dashboard_rest_api_wants_the_token_and_ray_clients_send_it(
-    ray_with_dashboard: dict[str, Any],
+    dashboard_ray: dict[str, Any],
 ) -> None:
     from ray.job_submission import JobSubmissionClient
 
-    url = ray_with_dashboard["dashboard_url"] + "/api/jobs/"
+    url = dashboard_ray["dashboard_url"] + "/api/jobs/"
     assert url.startswith("http://127.0.0.1:")  # the dashboard listens on loopback only
     with pytest.raises(urllib.error.HTTPError) as denied:
         urllib.request.urlopen(url, timeout=10)
@@ -64,7 +49,7 @@ def test_dashboard_rest_api_wants_the_token_and_ray_clients_send_it(
     with pytest.raises(urllib.error.HTTPError) as forbidden:
         urllib.request.urlopen(bad, timeout=10)
     assert forbidden.value.code in (401, 403)
-    assert isinstance(JobSubmissionClient(ray_with_dashboard["dashboard_url"]).list_jobs(), list)
+    assert isinstance(JobSubmissionClient(dashboard_ray["dashboard_url"]).list_jobs(), list)
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,26 +24,9 @@ from a3c_ray.rundir.checkpoint import load_checkpoint
 from a3c_ray.runtime import live
 from a3c_ray.runtime.session import train
 
-from .conftest import free_port, init_local_ray, small_config, wait_for
+from .conftest import small_config, wait_for
 
 pytestmark = pytest.mark.ray
-
-
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[None]:
-    """The module's Ray, with a dashboard: `status` reads Workers through Ray's state API."""
-    import ray
-
-    assert not ray.is_initialized()
-    init_local_ray(  # a new Ray, even where a `ray start` cluster runs on this machine
-        num_cpus=4,
-        include_dashboard=True,
-        dashboard_port=free_port(),
-        logging_level="WARNING",
-        _node_ip_address="127.0.0.1",
-    )
-    yield
-    ray.shutdown()
 
 
 # What the machine may add to a bound on its own: starting and killing actors, the final
@@ -57,7 +39,7 @@ DECISION_SLACK = 10.0
 
 @pytest.mark.long
 def test_workers_that_cannot_be_placed_do_not_hold_a_run_past_its_time_limit(
-    ray_session: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    dashboard_ray: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The module's Ray has 4 CPUs: the ParameterServer and the Monitor take 1, 3 Workers the
     # rest, and 2 more wait for CPUs that never come. A grace of 10 minutes would show if the
@@ -84,7 +66,7 @@ def test_workers_that_cannot_be_placed_do_not_hold_a_run_past_its_time_limit(
 
 
 def test_a_worker_stuck_in_its_env_is_killed_after_the_grace(
-    ray_session: None, tmp_path: Path
+    dashboard_ray: None, tmp_path: Path
 ) -> None:
     # Every Worker hangs inside env.step after 100 steps of each env; the time limit is then
     # reached by the driver's polling alone, and the Workers are killed after the 3 s grace. (The
@@ -112,7 +94,7 @@ def test_a_worker_stuck_in_its_env_is_killed_after_the_grace(
 
 @pytest.mark.long
 def test_status_names_waiting_workers_and_why_and_scale_refuses_more_than_fit(
-    ray_session: None, tmp_path: Path
+    dashboard_ray: None, tmp_path: Path
 ) -> None:
     cfg = small_config(
         tmp_path / "waiting",
@@ -308,7 +290,7 @@ def test_interrupts_held_while_a_run_ends_are_reported_not_raised() -> None:
 
 
 def test_ctrl_c_before_the_actors_start_ends_the_run_with_its_summary(
-    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    dashboard_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C between the run directory and the actors (here, while the free CPUs are counted)
     is exit code 130 with a summary, not a traceback: on a busy machine that gap lasts seconds."""
