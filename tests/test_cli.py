@@ -122,6 +122,7 @@ def test_corrupt_checkpoint_for_eval_exits_2_without_traceback(
     assert "corrupt" in err
 
 
+@pytest.mark.slow  # a process of its own
 def test_unknown_env_from_the_command_line_exits_2_without_traceback() -> None:
     proc = run_cli("train", "--env", "CartPole-v999")
     assert proc.returncode == 2, proc.stderr

@@ -44,6 +44,7 @@ def shipped_files() -> list[str]:
     return sorted(p for p in out if not p.endswith(".py") and "__pycache__" not in p)
 
 
+@pytest.mark.slow  # a process of its own
 def test_version_is_written_once_and_printed_by_the_command(tmp_path: Path) -> None:
     written = pyproject_version()
     assert re.fullmatch(r"\d+\.\d+\.\d+", written)
