@@ -69,6 +69,10 @@ def init_local_ray(**kwargs: Any) -> Any:
     Ray's fixed 30 s (a machine busy with other work can take longer to start a raylet)."""
     import ray
 
+    # Ray reads its auth mode when it is imported, and reads it again only where ray.init turns
+    # token auth on by default (the mode unset). A command run in this process earlier (status,
+    # scale) may have set the mode after Ray's import: a new local Ray starts from the default.
+    os.environ.pop("RAY_AUTH_MODE", None)
     try:
         return ray.init(address="local", **kwargs)
     except Exception as e:
