@@ -94,7 +94,6 @@ RAY_FIXTURES = ("dashboard_ray", "ray_session")
 """The shared Rays, in the order their modules run (after every module that needs neither)."""
 
 _next_item: list[pytest.Item | None] = [None]
-_module_ray: dict[object, str] = {}
 _running: dict[str, Any] = {}
 """The shared Ray running now: its fixture's name ("kind") and what that fixture yields."""
 
@@ -104,17 +103,13 @@ def _ray_kind(fixturenames: list[str]) -> str | None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules run grouped by the shared Ray they ask for (a dashboard one, then the plain one),
-    after the modules that need neither, each in its own order: the first module of a group
-    starts its Ray, the next ones have it."""
-    for item in items:
-        kind = _ray_kind(item.fixturenames)  # type: ignore[attr-defined]
-        if kind is not None:  # a module that needs a dashboard anywhere gets one for all
-            module = item.module  # type: ignore[attr-defined]
-            _module_ray[module] = min(kind, _module_ray.get(module, kind), key=RAY_FIXTURES.index)
+    """The tests that ask for no shared Ray run first; then those on the Ray with a dashboard,
+    then those on the plain one: each group keeps its order (module by module), its first test
+    starts the group's Ray and the others have it. A test that must see no Ray running (a bad
+    input that starts nothing) asks for none, and so runs while none does."""
     order: dict[str | None, int] = {None: 0}
     order.update((kind, i + 1) for i, kind in enumerate(RAY_FIXTURES))
-    items.sort(key=lambda item: order[_module_ray.get(item.module)])  # type: ignore[attr-defined]
+    items.sort(key=lambda item: order[_ray_kind(item.fixturenames)])  # type: ignore[attr-defined]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -159,8 +154,9 @@ def _start_ray(kind: str) -> Any:
 
 def _shared_ray(kind: str) -> Iterator[Any]:
     """The Ray of ``kind`` for one module: the running one if it is of that kind (or, for
-    ``ray_session``, any), else a new one. The module leaves it to the next only when that module
-    shares it and nothing of this one's is left on it; otherwise it is shut down."""
+    ``ray_session``, any), else a new one. The module leaves it to the next test only when that
+    test asks for the same Ray and nothing of this module's is left on it; otherwise it is shut
+    down."""
     import ray
 
     running = _running.get("kind") if ray.is_initialized() else None
@@ -171,8 +167,8 @@ def _shared_ray(kind: str) -> Iterator[Any]:
     following = _next_item[0]
     if not ray.is_initialized():
         return
-    mine = _module_ray.get(following.module) if following is not None else None  # type: ignore[attr-defined]
-    if mine is None or mine != _running.get("kind") or not _ray_left_clean():
+    wants = _ray_kind(following.fixturenames) if following is not None else None  # type: ignore[attr-defined]
+    if wants is None or wants != _running.get("kind") or not _ray_left_clean():
         ray.shutdown()
         _running.clear()
 
