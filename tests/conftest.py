@@ -1,5 +1,5 @@
-"""Shared fixtures. One local Ray serves every module that asks for ``ray_session`` (ray.init costs
-seconds): those modules run last, one after another."""
+"""Shared fixtures. The tests that ask for a local Ray (``ray_session``, ``dashboard_ray``) run after
+the others, grouped by the Ray they ask for, and each group shares one (ray.init costs seconds)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ SHARED_RAY: dict[str, Any] = {
 """The options of ``ray_session``'s Ray; ``dashboard_ray`` adds a dashboard and a metrics port."""
 
 RAY_FIXTURES = ("dashboard_ray", "ray_session")
-"""The shared Rays, in the order their modules run (after every module that needs neither)."""
+"""The shared Rays, in the order their tests run (after every test that asks for neither)."""
 
 _next_item: list[pytest.Item | None] = [None]
 _running: dict[str, Any] = {}
