@@ -230,7 +230,10 @@ def test_wandb_offline_keeps_the_metrics_config_and_artifacts_and_a_resume_keeps
     assert any(r.WhichOneof("record_type") == "artifact" for r in records)
     assert next(r.exit for r in records if r.WhichOneof("record_type") == "exit").exit_code == 0
 
-    # A resumed run goes on in the same W&B run.
+    # A resumed run goes on in the same W&B run. W&B names an offline run's directory by the
+    # second it began and the run's id: the resumed one begins in a later second, so that its
+    # directory is a new one (on a fast machine both began within one second).
+    time.sleep(1.05 - time.time() % 1.0)
     again = Tracker(track_spec("wandb", "cartpole"))
     again.open(cfg, storage, resume=True)
     again.log([Scalar("charts/episodic_return", 30.0, 200)])
