@@ -36,7 +36,8 @@ from a3c_ray.runtime.callbacks import Callback, Callbacks, Evaluation, evaluatio
 from a3c_ray.runtime.cluster import connect
 from a3c_ray.runtime.driver import Run
 from a3c_ray.runtime.placement import default_workers, get_current_placement_group, start_shortfall
-from a3c_ray.runtime.tracking import FAILED, FINISHED, KILLED, Tracker
+from a3c_ray.runtime.tracking import Tracker
+from a3c_ray.runtime.tracking_tools import FAILED, FINISHED, KILLED
 
 log = logging.getLogger("a3c_ray")
 
