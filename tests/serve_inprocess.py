@@ -13,8 +13,9 @@ from urllib.parse import urlencode
 
 from starlette.requests import Request
 
-from a3c_ray.serve.serve_app import LocalSessions, PolicyService
+from a3c_ray.serve.serve_app import PolicyService
 from a3c_ray.serve.serve_options import ServeOptions, first_policy
+from a3c_ray.serve.sessions import LocalSessions
 
 
 @dataclass

@@ -3,7 +3,8 @@ batch's forward pass, the sessions' state in and out, ``/metadata`` and ``--foll
 
 ``serving`` wraps these in Ray Serve deployments: ``PolicyService`` in the ``Policy`` replicas
 (with Serve's ``@serve.batch`` as its batcher and a handle to the ``Sessions`` deployment as its
-session store), ``LocalSessions`` as the ``Sessions`` deployment. Tests run them in-process.
+session store), ``sessions.LocalSessions`` as the ``Sessions`` deployment. Tests run them
+in-process.
 
 The lock: with a bearer token, every route but ``GET /healthz`` answers 401 unless the request
 carries ``Authorization: Bearer <token>`` (compared in constant time), before its body is read.
@@ -17,10 +18,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from starlette.requests import Request
@@ -41,7 +41,7 @@ from a3c_ray.serve.serve_protocol import (
     parse_json,
     session_id,
 )
-from a3c_ray.serve.sessions import SessionError, SessionTable, State
+from a3c_ray.serve.sessions import SessionError, SessionStore, State
 
 logger = logging.getLogger("a3c_ray.serve")
 
@@ -52,51 +52,6 @@ OPEN_ROUTES = ("/healthz",)
 BIG_MODEL = 200_000
 """Parameters past which a forward pass leaves the event loop for a thread: a CNN's batch takes
 milliseconds, during which the next requests are parsed; a small MLP's costs less than the hop."""
-
-
-class SessionStore(Protocol):
-    """Where sessions' recurrent state lives: ``LocalSessions``, or a handle to it in Serve."""
-
-    async def create(self, state: State) -> str | SessionError: ...
-
-    async def checkout(self, ids: list[str]) -> list[State | SessionError]: ...
-
-    async def checkin(self, states: dict[str, State | None]) -> None: ...
-
-    async def delete(self, sid: str) -> bool: ...
-
-
-class LocalSessions:
-    """A ``SessionTable`` behind the ``SessionStore`` calls. Async with no await inside: in Serve
-    each call runs whole on the replica's event loop, never two at once. Errors come back as
-    values, as ``checkout``'s do, so that they cross a Serve handle unwrapped."""
-
-    def __init__(
-        self,
-        max_sessions: int,
-        idle_seconds: float,
-        max_bytes: int,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        self.table = SessionTable(max_sessions, idle_seconds, max_bytes=max_bytes, clock=clock)
-
-    async def create(self, state: State) -> str | SessionError:
-        try:
-            return self.table.create(state)
-        except SessionError as e:
-            return e
-
-    async def checkout(self, ids: list[str]) -> list[State | SessionError]:
-        return self.table.checkout(ids)
-
-    async def checkin(self, states: dict[str, State | None]) -> None:
-        self.table.checkin(states)
-
-    async def delete(self, sid: str) -> bool:
-        return self.table.delete(sid)
-
-    async def count(self) -> int:
-        return len(self.table.sessions)
 
 
 def bearer_matches(header: str | None, token: str) -> bool:

@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from a3c_ray.errors import ConfigError
-from a3c_ray.serve.serve_app import Answer, LocalSessions, PolicyService
+from a3c_ray.serve.serve_app import Answer, PolicyService
 from a3c_ray.serve.serve_ingress import direct_ingress
 from a3c_ray.serve.serve_options import (
     ServeOptions,
@@ -40,7 +40,7 @@ from a3c_ray.serve.serve_options import (
     read_token,
 )
 from a3c_ray.serve.serve_protocol import ActRequest
-from a3c_ray.serve.sessions import SessionError, State
+from a3c_ray.serve.sessions import LocalSessions, SessionError, State
 
 logger = logging.getLogger("a3c_ray.serve")
 

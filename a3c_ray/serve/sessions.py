@@ -1,4 +1,5 @@
-"""Recurrent state per session, for ``a3c-ray serve`` of an LSTM policy (plain class, no Ray).
+"""Recurrent state per session, for ``a3c-ray serve`` of an LSTM policy (plain classes, no Ray):
+the table (``SessionTable``) and its async face (``LocalSessions``, a ``SessionStore``).
 
 Where the state lives: in one ``Sessions`` deployment of the Serve application (``serving``), not
 in the policy replicas and not in the client. The replicas stay stateless, so the proxy may send
@@ -23,6 +24,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -171,3 +173,48 @@ class SessionTable:
             return 1.0
         oldest = next(iter(self.sessions.values()))
         return float(max(1, math.ceil(oldest.used + self.idle_seconds - self.clock())))
+
+
+class SessionStore(Protocol):
+    """Where sessions' recurrent state lives: ``LocalSessions``, or a handle to it in Serve."""
+
+    async def create(self, state: State) -> str | SessionError: ...
+
+    async def checkout(self, ids: list[str]) -> list[State | SessionError]: ...
+
+    async def checkin(self, states: dict[str, State | None]) -> None: ...
+
+    async def delete(self, sid: str) -> bool: ...
+
+
+class LocalSessions:
+    """A ``SessionTable`` behind the ``SessionStore`` calls. Async with no await inside: in Serve
+    each call runs whole on the replica's event loop, never two at once. Errors come back as
+    values, as ``checkout``'s do, so that they cross a Serve handle unwrapped."""
+
+    def __init__(
+        self,
+        max_sessions: int,
+        idle_seconds: float,
+        max_bytes: int,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.table = SessionTable(max_sessions, idle_seconds, max_bytes=max_bytes, clock=clock)
+
+    async def create(self, state: State) -> str | SessionError:
+        try:
+            return self.table.create(state)
+        except SessionError as e:
+            return e
+
+    async def checkout(self, ids: list[str]) -> list[State | SessionError]:
+        return self.table.checkout(ids)
+
+    async def checkin(self, states: dict[str, State | None]) -> None:
+        self.table.checkin(states)
+
+    async def delete(self, sid: str) -> bool:
+        return self.table.delete(sid)
+
+    async def count(self) -> int:
+        return len(self.table.sessions)
