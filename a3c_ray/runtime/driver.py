@@ -36,6 +36,7 @@ from a3c_ray.rundir.storage import RunStorage
 from a3c_ray.rundir.summary import RunSummary, progress_part
 from a3c_ray.runtime import actors
 from a3c_ray.runtime.metrics import DriverMetrics
+from a3c_ray.runtime.monitor_link import MonitorLink
 from a3c_ray.runtime.placement import (
     actor_env,
     shard_placement,
@@ -71,8 +72,6 @@ class Run:
         self.cfg = cfg
         self.on_progress = on_progress
         """Called with every snapshot of the run's counters that ``watch`` reads."""
-        self.on_report: Callable[[dict[str, Any]], None] | None = None
-        """Called with every report of the Monitor taken (its scalars, its evaluations)."""
         if not isinstance(storage, RunStorage):
             storage = RunStorage(storage)
         self.storage = storage
@@ -85,7 +84,8 @@ class Run:
         self.n_actions = action_size(act_space)
         self.shards: list[Any] = []
         self.ps: Any = None
-        self.monitor: Any = None
+        self.monitor = MonitorLink(cfg.monitor.log_every, CALL_TIMEOUT, FINAL_CHECKPOINT_TIMEOUT)
+        """The run's Monitor: its handle (once created), its ticks and its newest report."""
         self.start_steps = 0
         self.restored_from: str | None = None
         self.metrics = DriverMetrics(self.run_id)
@@ -104,9 +104,6 @@ class Run:
         self.results: dict[int, WorkerResult] = {}
         self.errors: list[str] = []
         self.failure_log: list[str] = []
-        self.monitor_report: dict[str, Any] = {}
-        self.tick_ref: Any = None
-        self.last_tick = 0.0
         self.stopping_since: float | None = None
         self.stopping_seconds: float | None = None
         self.progress: Progress | None = None
@@ -134,7 +131,7 @@ class Run:
         self.ps_group = ParameterServerGroup(cfg, meta, run_dir, self.run_id, restartable)
         self.shards = self.ps_group.handles
         self.ps = self.ps_group.coordinator  # the run's counters and its stop
-        self.monitor = (
+        self.monitor.handle = (
             actors.monitor_class()
             .options(
                 name=f"{self.run_id}/Monitor",
@@ -220,7 +217,7 @@ class Run:
             if until is not None and time.monotonic() >= until:
                 return False
             self._collect(0.25)
-            self._tick_monitor()
+            self.monitor.tick()
             self.ps_group.resync()
             progress = self._read_progress()
             self.progress = progress
@@ -236,10 +233,7 @@ class Run:
             if bar is not None:
                 self._refresh(bar, progress)
         self._stopped()
-        if self.tick_ref is not None:
-            with contextlib.suppress(ray.exceptions.RayError):
-                self._take_report(ray.get(self.tick_ref, timeout=CALL_TIMEOUT))
-            self.tick_ref = None
+        self.monitor.take_last()
         return True
 
     def _read_progress(self) -> Progress:
@@ -300,31 +294,10 @@ class Run:
                 self.failure_log.append(f"worker {i} {why}: killed")
                 log.warning("worker %d %s: killed", i, why)
 
-    def _tick_monitor(self) -> None:
-        """Take the Monitor's last report when it is in; ask for the next every monitor.log_every."""
-        if self.tick_ref is not None and ray.wait([self.tick_ref], timeout=0)[0]:
-            with contextlib.suppress(ray.exceptions.RayError):  # a failed tick is retried next time
-                self._take_report(ray.get(self.tick_ref))
-            self.tick_ref = None
-        if (
-            self.tick_ref is None
-            and time.monotonic() - self.last_tick >= self.cfg.monitor.log_every
-        ):
-            self.tick_ref, self.last_tick = self.monitor.tick.remote(), time.monotonic()
-
-    def _take_report(self, report: dict[str, Any]) -> None:
-        """Keep the Monitor's report; say so, once, when its evaluations start failing anew."""
-        error = report.get("last_eval_error")
-        if error and error != self.monitor_report.get("last_eval_error"):
-            log.warning("monitor: evaluation failed: %s", error)
-        self.monitor_report = report
-        if self.on_report is not None:
-            self.on_report(report)
-
     def _refresh(self, bar: tqdm, p: Progress) -> None:
         bar.update(min(p.env_steps, bar.total) - bar.n)
         secs = p.train_seconds
-        ev = self.monitor_report.get("last_eval_return")
+        ev = self.monitor.report.get("last_eval_return")
         total = self.total_worker_restarts()
         restarts = f" | restarts {total}" if total else ""
         bar.set_postfix_str(
@@ -363,23 +336,14 @@ class Run:
                 stopped_because=STOP_INTERRUPTED,
                 errors=self.errors,
             )
-        try:
-            if self.monitor is not None and self._monitor_started():
-                self._take_report(
-                    ray.get(
-                        self.monitor.tick.remote(force_eval=True, evaluate=evaluate),
-                        timeout=FINAL_CHECKPOINT_TIMEOUT,
-                    )
-                )
-                ray.get(self.monitor.close.remote(), timeout=CALL_TIMEOUT)
-        except ray.exceptions.RayError as e:
-            self.errors.append(f"monitor: {one_line(e)}")
+        self.monitor.final_checkpoint(evaluate, self.errors)
         try:
             if self.ps is not None:
                 p = ray.get(self.ps.progress.remote(), timeout=CALL_TIMEOUT)
         except ray.exceptions.RayError as e:
             self.errors.append(f"parameter server: {one_line(e)}")
         nodes = sorted({r.node_id for r in self.results.values() if r.node_id is not None})
+        report = self.monitor.report
         rest = RunSummary(
             env_id=self.cfg.env.id,
             workers=self.current_workers,
@@ -388,10 +352,10 @@ class Run:
             stopping_seconds=self.stopping_seconds,
             env_steps_per_second=_rate(p.env_steps - self.start_steps, p.train_seconds),
             target_return=self.cfg.run.target_return,
-            best_eval_return=self.monitor_report.get("best_eval_return"),
-            last_eval_return=self.monitor_report.get("last_eval_return"),
-            checkpoint=self.monitor_report.get("checkpoint"),
-            eval_failures=self.monitor_report.get("eval_failures", 0),
+            best_eval_return=report.get("best_eval_return"),
+            last_eval_return=report.get("last_eval_return"),
+            checkpoint=report.get("checkpoint"),
+            eval_failures=report.get("eval_failures", 0),
             worker_restarts=self.total_worker_restarts(),
             resumed_from=self.restored_from,
             worker_nodes=nodes,
@@ -405,20 +369,8 @@ class Run:
         )
         return cast(RunSummary, {**progress_part(p), **rest})
 
-    def _monitor_started(self) -> bool:
-        """Whether the Monitor is up to write the final checkpoint, waiting for it at most
-        CALL_TIMEOUT seconds (one that was never placed would hold the run's end for the
-        checkpoint's whole timeout)."""
-        ready, _ = ray.wait([self.monitor.__ray_ready__.remote()], timeout=CALL_TIMEOUT)
-        if not ready:
-            self.errors.append(
-                f"monitor: not started within {CALL_TIMEOUT:g} s (no resources for it?): "
-                "no final checkpoint"
-            )
-        return bool(ready)
-
     def shutdown(self) -> None:
-        for actor in [*self.workers.values(), self.monitor, *self.shards]:
+        for actor in [*self.workers.values(), self.monitor.handle, *self.shards]:
             if actor is None:
                 continue
             with contextlib.suppress(Exception):

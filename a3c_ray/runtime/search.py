@@ -162,7 +162,7 @@ class A3C(tune.Trainable):
     def _result(self) -> dict[str, Any]:
         """What the trial reports: the run's counters, while it runs or from its summary."""
         if self.run is not None and self.run.progress is not None:
-            p, m = self.run.progress, self.run.monitor_report
+            p, m = self.run.progress, self.run.monitor.report
             values = {
                 "env_steps": p.env_steps,
                 "mean_return_100": p.mean_return_100,

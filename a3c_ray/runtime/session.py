@@ -177,7 +177,7 @@ class RunSession:
                 int(self.cfg.run.workers or 1),
                 self._progress if watched else None,
             )
-            self.run.on_report = self._report
+            self.run.monitor.on_report = self._report
             self.run.create_actors()
         self.run.start()
         return self.run
