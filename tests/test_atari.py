@@ -364,8 +364,17 @@ def test_shipped_configs_load_validate_and_carry_their_documented_optimizer(name
         assert cfg.run.workers is None  # one Worker per CPU
         # The paper's deterministic emulator, as the runs in docs/atari.md.
         assert cfg.env.id.endswith("NoFrameskip-v4") and not cfg.env.repeat_action_probability
-        # pong.yaml's input and convolutions: the references' 42x42 frames and small CNN.
-        assert cfg.model.kind == "small_cnn" and cfg.env.screen_size == 42
+        if name == "breakout":
+            # The A2C baselines' input and network: on 42x42 frames the ball is a faint part of a
+            # pixel and this agent held at 6-8 (docs/atari.md, "Breakout").
+            assert (cfg.model.kind, cfg.env.screen_size, cfg.env.max_pool) == (
+                "nature_cnn",
+                84,
+                True,
+            )
+        else:
+            # pong.yaml's input and convolutions: the references' 42x42 frames and small CNN.
+            assert cfg.model.kind == "small_cnn" and cfg.env.screen_size == 42
         assert cfg.model.lstm == name.endswith("_lstm")
         assert cfg.env.frame_stack == (1 if name == "pong_lstm" else 4)
 
