@@ -379,3 +379,40 @@ def test_auto_computes_in_bfloat16_only_where_the_cpu_has_bfloat16_instructions(
     worker = _small_worker("auto")
     assert worker.compute_dtype in ("float32", "bfloat16")
     assert worker.compute_dtype == resolve_compute_dtype("auto")
+
+
+@pytest.mark.parametrize("kind", ["small_cnn", "mlp"])
+def test_lstm_sequence_pass_batches_the_body_and_matches_stepping_the_whole_net(kind: str) -> None:
+    """forward_sequence runs the body over all T*K inputs at once and steps only the LSTM cell:
+    its outputs and gradient must equal those of the net stepped one time step at a time, with a
+    state carried in and an episode starting inside the rollout."""
+    torch.manual_seed(0)
+    shape = (4, 42, 42) if kind == "small_cnn" else (3,)
+    model = build_model(ModelConfig(kind=kind, lstm=True, lstm_size=16), shape, 3)
+    t, k = 4, 3
+    obs = torch.rand(t, k, *shape) * (255 if kind == "small_cnn" else 1)
+    if kind == "small_cnn":
+        obs = obs.to(torch.uint8)
+    resets = torch.zeros(t, k, dtype=torch.bool)
+    resets[2, 1] = True
+    state = tuple(torch.randn(k, 16) for _ in range(2))
+
+    def loss(logits: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return logits.logsumexp(-1).sum() + values.pow(2).sum()
+
+    model.zero_grad()
+    logits, values = model.forward_sequence(obs, state, resets)
+    loss(logits, values).backward()
+    batched = get_flat_grad(model).copy()
+    model.zero_grad()
+    s, stepped = state, []
+    for i in range(t):
+        lg, v, s = model(obs[i], s, resets[i])
+        stepped.append((lg, v))
+    want_logits = torch.stack([lg for lg, _ in stepped])
+    want_values = torch.stack([v for _, v in stepped])
+    loss(want_logits, want_values).backward()
+    torch.testing.assert_close(logits, want_logits, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(values, want_values, rtol=1e-5, atol=1e-6)
+    assert np.abs(batched).sum() > 0
+    np.testing.assert_allclose(batched, get_flat_grad(model), rtol=1e-4, atol=1e-6)

@@ -116,20 +116,30 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, state: State = (), reset: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for a batch: obs [B, ...] -> logits [B, A], value [B], new state."""
-        # A CNN body takes uint8 frames as they are and scales them in the dtype it computes in.
-        if obs.dtype != torch.float32 and not (obs.dtype == torch.uint8 and self.scales_input):
-            obs = obs.float()
+        obs = self._input(obs)
         x = self.body(obs)
         if self.value_body is not None:
             return self._policy(x), self.value(self.value_body(obs)).squeeze(-1), state
         if self.lstm is not None:
-            h, c = state
-            if reset is not None:
-                keep = (~reset).to(h.dtype).unsqueeze(-1)
-                h, c = h * keep, c * keep
-            h, c = self.lstm(x, (h, c))
-            x, state = h, (h, c)
+            x, state = self._lstm_step(x, state, reset)
         return self._policy(x), self.value(x).squeeze(-1), state
+
+    def _input(self, obs: torch.Tensor) -> torch.Tensor:
+        # A CNN body takes uint8 frames as they are and scales them in the dtype it computes in.
+        if obs.dtype != torch.float32 and not (obs.dtype == torch.uint8 and self.scales_input):
+            return obs.float()
+        return obs
+
+    def _lstm_step(
+        self, x: torch.Tensor, state: State, reset: torch.Tensor | None
+    ) -> tuple[torch.Tensor, State]:
+        assert self.lstm is not None
+        h, c = state
+        if reset is not None:
+            keep = (~reset).to(h.dtype).unsqueeze(-1)
+            h, c = h * keep, c * keep
+        h, c = self.lstm(x, (h, c))
+        return h, (h, c)
 
     def _policy(self, x: torch.Tensor) -> torch.Tensor:
         out = self.policy(x)
@@ -144,19 +154,23 @@ class ActorCritic(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A whole rollout: obs [T, K, ...], state at t=0, resets [T, K] -> logits [T, K, A], values [T, K].
 
-        Feed-forward models run it as one batch of T*K; recurrent ones step through time from the
-        rollout's initial state, so the gradient flows through the whole rollout.
+        Feed-forward models run it as one batch of T*K. Recurrent ones run the body (the CNN) as
+        one batch of T*K too, as it sees one frame stack at a time, and step only the LSTM cell
+        through time from the rollout's initial state, so the gradient flows through the whole
+        rollout; the heads take the T*K outputs as one batch.
         """
         t, k = obs.shape[:2]
         if self.lstm is None:
             logits, values, _ = self.forward(obs.reshape(t * k, *obs.shape[2:]))
             return logits.reshape(t, k, -1), values.reshape(t, k)
-        all_logits, all_values = [], []
+        x = self.body(self._input(obs.reshape(t * k, *obs.shape[2:])))
+        x = x.reshape(t, k, *x.shape[1:])
+        outputs = []
         for i in range(t):
-            logits, values, state = self.forward(obs[i], state, resets[i])
-            all_logits.append(logits)
-            all_values.append(values)
-        return torch.stack(all_logits), torch.stack(all_values)
+            h, state = self._lstm_step(x[i], state, resets[i])
+            outputs.append(h)
+        hs = torch.stack(outputs).reshape(t * k, -1)
+        return self._policy(hs).reshape(t, k, -1), self.value(hs).reshape(t, k)
 
 
 def sample_actions(
