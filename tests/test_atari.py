@@ -364,9 +364,9 @@ def test_shipped_configs_load_validate_and_carry_their_documented_optimizer(name
         assert cfg.run.workers is None  # one Worker per CPU
         # The paper's deterministic emulator, as the runs in docs/atari.md.
         assert cfg.env.id.endswith("NoFrameskip-v4") and not cfg.env.repeat_action_probability
-        if name == "breakout":
+        if name in ("breakout", "breakout_lstm"):
             # The A2C baselines' input and network: on 42x42 frames the ball is a faint part of a
-            # pixel and this agent held at 6-8 (docs/atari.md, "Breakout").
+            # pixel and the feed-forward agent held at 6-8 (docs/atari.md, "Breakout").
             assert (cfg.model.kind, cfg.env.screen_size, cfg.env.max_pool) == (
                 "nature_cnn",
                 84,
