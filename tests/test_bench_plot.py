@@ -127,3 +127,38 @@ def test_episode_seconds_leave_out_the_pause_between_two_sittings_of_a_resumed_r
     seconds = episode_seconds(np.array([10_000.0, 20_000.0]), steps, walls)
     assert seconds[0] == pytest.approx(100.0, abs=1.0)
     assert seconds[1] == pytest.approx(200.0, abs=2.0), "the hour between sittings is not training"
+
+
+def test_plot_draws_peers_scores_as_lines_on_both_charts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import matplotlib.figure
+
+    run = tmp_path / "pong"
+    fake_pong_run(run)
+    saved: list[matplotlib.figure.Figure] = []
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def keep(fig: matplotlib.figure.Figure, *a: object, **k: object) -> None:
+        saved.append(fig)
+        real_savefig(fig, *a, **k)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    refs = ["--reference", "A2C, 40M frames=15.5", "--reference", "PPO=19"]
+    assert draw([str(run), "--levels=0", "--out", str(tmp_path), *refs]) == 0
+    (fig,) = saved
+    for ax in fig.axes:
+        flat = {line.get_label(): set(line.get_ydata()) for line in ax.get_lines()}
+        assert flat["A2C, 40M frames: 15.5"] == {15.5} and flat["PPO: 19"] == {19.0}
+
+
+@pytest.mark.parametrize("bad", ["280", "=280", "A2C=lots"])
+def test_a_reference_that_is_not_label_equals_return_is_refused(bad: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        draw(["run", "--levels=0", "--reference", bad])
+    assert e.value.code == 2
+
+
+def test_a_reference_without_levels_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--reference draws on the charts of --levels"):
+        draw([str(tmp_path), "--reference", "A2C=280"])

@@ -13,6 +13,7 @@ episode's time is interpolated from the ticks' (env steps, wall time) pairs, rea
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -230,10 +231,16 @@ def milestones(run_dir: Path, levels: list[float], frames_per_step: int) -> list
     return rows
 
 
-def plot_learning(run_dirs: list[Path], out_dir: Path, frames_per_step: int) -> Path:
+def plot_learning(
+    run_dirs: list[Path],
+    out_dir: Path,
+    frames_per_step: int,
+    references: Sequence[tuple[str, float]] = (),
+) -> Path:
     """Runs' training means (last 100 episodes) and evaluations against frames and hours, in one
     ``<env>_learning.png`` (the env of the first run): one colour per run, its evaluations as
-    dots of that colour."""
+    dots of that colour; each of ``references`` (label, return) a grey dashed line across both
+    charts."""
     try:
         import matplotlib
 
@@ -269,6 +276,14 @@ def plot_learning(run_dirs: list[Path], out_dir: Path, frames_per_step: int) -> 
                     alpha=1.0 if not several else 0.7,
                     label=f"{name}evaluation, mean of its games",
                 )
+        for j, (label, value) in enumerate(references):
+            ax.axhline(
+                value,
+                color="0.45",
+                linestyle=("--", ":", "-.")[j % 3],
+                linewidth=1.0,
+                label=f"{label}: {value:g}",
+            )
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("return (raw score of whole games)")

@@ -27,6 +27,19 @@ def levels(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected returns like 0,10,18, got '{text}'") from None
 
 
+def reference(text: str) -> tuple[str, float]:
+    """``LABEL=RETURN``, e.g. ``SB3 A2C (40M frames)=279.8``: a peer's score drawn as a line."""
+    label, sep, value = text.rpartition("=")
+    try:
+        if not sep or not label.strip():
+            raise ValueError
+        return label.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected LABEL=RETURN like 'A2C, 40M frames=280', got '{text}'"
+        ) from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="training runs")
     add_plot_flags(p)
@@ -47,12 +60,27 @@ def add_plot_flags(p: argparse.ArgumentParser, out_default: Path = Path(".")) ->
         help="plot the runs against frames and hours with their evaluations, and print when "
         "each first reached each of these returns (e.g. 0,10,18 for Pong)",
     )
+    p.add_argument(
+        "--reference",
+        type=reference,
+        action="append",
+        default=[],
+        metavar="LABEL=RETURN",
+        help="with --levels: draw a peer's score as a dashed line across both charts, e.g. "
+        "--reference 'SB3 A2C, 40M frames=279.8' (repeatable)",
+    )
     p.add_argument("--json", action="store_true", help="with --levels: print the tables as JSON")
 
 
-def draw(run_dirs: list[Path], out: Path, at_levels: list[float] | None, as_json: bool) -> int:
+def draw(
+    run_dirs: list[Path],
+    out: Path,
+    at_levels: list[float] | None,
+    as_json: bool,
+    references: list[tuple[str, float]] | None = None,
+) -> int:
     """Write the runs' charts into ``out`` and print their paths (and, with ``at_levels``, when
-    each run first reached each level)."""
+    each run first reached each level; ``references`` are peers' scores drawn as lines)."""
     if importlib.util.find_spec("matplotlib") is None:
         raise ConfigError([f"a3c-ray plot needs matplotlib: {install_hint('plot')}"])
     from a3c_ray.bench import plot as bp
@@ -68,7 +96,7 @@ def draw(run_dirs: list[Path], out: Path, at_levels: list[float] | None, as_json
     first = run_dirs[0] / layout.CONFIG
     cfg = Config.load(first) if first.exists() else None
     fps = FRAME_SKIP if cfg is not None and is_atari(cfg.env.id) else 1
-    print(bp.plot_learning(run_dirs, out, fps))
+    print(bp.plot_learning(run_dirs, out, fps, references or []))
     for run_dir in run_dirs:
         rows = bp.milestones(run_dir, at_levels, fps)
         if len(run_dirs) > 1 and not as_json:
@@ -78,4 +106,6 @@ def draw(run_dirs: list[Path], out: Path, at_levels: list[float] | None, as_json
 
 
 def run(args: argparse.Namespace) -> int:
-    return draw(args.run_dirs, args.out, args.levels, args.json)
+    if args.reference and not args.levels:
+        raise ConfigError(["--reference draws on the charts of --levels: give --levels too"])
+    return draw(args.run_dirs, args.out, args.levels, args.json, args.reference)
