@@ -288,7 +288,9 @@ def plot_learning(
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("return (raw score of whole games)")
     axes[0].legend(
-        loc="upper left" if several else "lower right", fontsize="x-small" if several else "small"
+        # Clear of a rising curve where lines of references run across the chart.
+        loc="upper left" if several or references else "lower right",
+        fontsize="x-small" if several else "small",
     )
     fig.suptitle(f"{env}: {', '.join(d.name for d, _, _ in runs)}")
     fig.tight_layout()
