@@ -88,6 +88,12 @@ def test_resume_continues_counters_and_curves_and_extends_max_steps(finished_run
         and second["gradient_updates"] > first["gradient_updates"]
     )
     assert Config.load(finished_run / layout.CONFIG).run.max_steps == 12_000
+    # The rate is this sitting's: its steps over its seconds of training, not over the run's.
+    sitting_steps = second["env_steps"] - int(last_ckpt["env_steps"])
+    sitting_seconds = second["train_seconds"] - float(last_ckpt["train_seconds"])
+    assert second["env_steps_per_second"] == pytest.approx(
+        sitting_steps / sitting_seconds, rel=0.05
+    )
     # TensorBoard curves go on from the checkpoint's step: nothing new is logged before it.
     tags_after = read_tags(finished_run / layout.TENSORBOARD)
     new_evals = [

@@ -30,6 +30,8 @@ class RunSummary(TypedDict, total=False):
     """Seconds from the driver seeing the stop decision to the last Worker done (or killed):
     at most about ``run.stop_grace``."""
     env_steps_per_second: float | None
+    """Env steps per second of training in this invocation (a resumed run's earlier sittings
+    are in ``env_steps`` and ``train_seconds``, not in this rate)."""
     target_return: float | None
     seconds_to_target: float | None
     steps_to_target: int | None

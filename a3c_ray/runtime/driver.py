@@ -87,6 +87,7 @@ class Run:
         self.monitor = MonitorLink(cfg.monitor.log_every, CALL_TIMEOUT, FINAL_CHECKPOINT_TIMEOUT)
         """The run's Monitor: its handle (once created), its ticks and its newest report."""
         self.start_steps = 0
+        self.start_train_seconds = 0.0
         self.restored_from: str | None = None
         self.metrics = DriverMetrics(self.run_id)
         self.worker_cls = actors.worker_class()
@@ -116,6 +117,7 @@ class Run:
         self.ps_group.wait_ready()
         start = ray.get(self.ps.progress.remote())
         self.start_steps = start.env_steps
+        self.start_train_seconds = start.train_seconds
         self.restored_from = start.restored_from
         self.restarts_before = start.worker_restarts
         self.progress = start
@@ -350,7 +352,9 @@ class Run:
             workers_max=self.n_workers,
             wall_seconds=round(time.monotonic() - started_at, 3),
             stopping_seconds=self.stopping_seconds,
-            env_steps_per_second=_rate(p.env_steps - self.start_steps, p.train_seconds),
+            env_steps_per_second=_rate(
+                p.env_steps - self.start_steps, p.train_seconds - self.start_train_seconds
+            ),
             target_return=self.cfg.run.target_return,
             best_eval_return=report.get("best_eval_return"),
             last_eval_return=report.get("last_eval_return"),
