@@ -44,6 +44,7 @@ BAD_VALUES: list[tuple[str, Any]] = [
     ("algo.gae_lambda", 1.01),
     ("algo.gae_lambda", -0.5),
     ("algo.entropy_coef", -0.01),
+    ("algo.bound_coef", -1.0),
     ("algo.value_coef", 0.0),
     ("algo.max_grad_norm", 0.0),
     ("algo.max_grad_norm", -1.0),

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from a3c_ray.algo.losses import actor_critic_loss, gaussian_log_prob_entropy
+from a3c_ray.algo.losses import actor_critic_loss, gaussian_log_prob_entropy, mean_bound_loss
 from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import build_model, get_flat_params, sample_actions
 from a3c_ray.algo.worker import Worker
@@ -203,6 +203,33 @@ def test_a_gaussian_checkpoint_or_run_from_before_scaling_acts_in_the_envs_units
     assert Config.load(tmp_path / layout.CONFIG).model.scale_actions is True  # a new run's
     saved.save(tmp_path / "now.yaml")
     assert Config.load_saved(tmp_path / "now.yaml").model.scale_actions is True
+
+
+def test_the_bound_penalty_is_zero_inside_the_box_and_pulls_a_mean_past_it_back() -> None:
+    centre, half = torch.tensor([0.0, 1.0]), torch.tensor([2.0, 0.5])  # [-2, 2] x [0.5, 1.5]
+    inside = torch.tensor([[1.9, 1.4], [-2.0, 0.5]], requires_grad=True)
+    loss = mean_bound_loss(inside, centre, half)
+    loss.backward()
+    assert float(loss) == 0.0 and inside.grad is not None and not inside.grad.any()
+    # 3 is half a half-width past 2; 0.0 is two half-widths below 1, one past the bound 0.5.
+    past = torch.tensor([[3.0, 0.0]], requires_grad=True)
+    loss = mean_bound_loss(past, centre, half)
+    assert float(loss) == pytest.approx(0.5 * (0.5**2 + 1.0**2))
+    loss.backward()
+    assert past.grad is not None
+    assert past.grad[0, 0] > 0 and past.grad[0, 1] < 0  # descent moves both means back inside
+
+
+def test_the_loss_adds_the_bound_penalty_only_with_its_weight_and_a_gaussian() -> None:
+    out = torch.tensor([[5.0, 0.0], [0.0, 0.0]])  # one dimension: a mean at 5, one at 0
+    actions, adv, zeros = torch.tensor([[2.0], [0.0]]), torch.tensor([1.0, 1.0]), torch.zeros(2)
+    bounds = (torch.zeros(1), torch.full((1,), 2.0))
+    args = (out, zeros, actions, zeros, adv, 0.5)
+    plain = actor_critic_loss(*args, 0.0, continuous=True, bounds=bounds)
+    penalised = actor_critic_loss(*args, 0.0, continuous=True, bound_coef=0.3, bounds=bounds)
+    # The mean at 5 is 1.5 half-widths past 2: 0.5 x 1.5^2, averaged over the two rows.
+    expected = 0.3 * 0.5 * 1.5**2 / 2
+    assert float(penalised.loss - plain.loss) == pytest.approx(expected)
 
 
 def test_a_worker_on_pendulum_pushes_a_finite_gradient_of_float_actions() -> None:

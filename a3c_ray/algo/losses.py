@@ -42,10 +42,14 @@ def actor_critic_loss(
     entropy_coef: float,
     continuous: bool = False,
     value_loss: str = "mse",
+    bound_coef: float = 0.0,
+    bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> LossOutput:
     """Loss over a flat batch: logits [N, A], values [N], actions [N] (int), returns and advantages
     [N]; with ``continuous``, a Gaussian's [mean, log_std] [N, 2D] and actions [N, D] (float);
-    ``value_loss`` one of VALUE_LOSSES."""
+    ``value_loss`` one of VALUE_LOSSES. With ``continuous``, ``bound_coef`` > 0 and ``bounds``
+    (the action Box's centre and half-width, [D] each), ``bound_coef`` x ``mean_bound_loss`` is
+    added."""
     if continuous:
         taken, entropies = gaussian_log_prob_entropy(logits, actions)
         entropy = entropies.mean()
@@ -61,6 +65,8 @@ def actor_critic_loss(
     else:
         raise ValueError(f"unknown value loss '{value_loss}' (known: {', '.join(VALUE_LOSSES)})")
     loss = policy_loss + value_coef * v_loss - entropy_coef * entropy
+    if continuous and bound_coef > 0 and bounds is not None:
+        loss = loss + bound_coef * mean_bound_loss(logits.chunk(2, dim=-1)[0], *bounds)
     return LossOutput(loss, policy_loss.detach(), v_loss.detach(), entropy.detach())
 
 
@@ -77,3 +83,12 @@ def gaussian_log_prob_entropy(
     log_prob = (-0.5 * z.pow(2) - log_std - HALF_LOG_2PI).sum(-1)
     entropy = (log_std + HALF_LOG_2PI_E).sum(-1)
     return log_prob, entropy
+
+
+def mean_bound_loss(
+    mean: torch.Tensor, centre: torch.Tensor, half_width: torch.Tensor
+) -> torch.Tensor:
+    """0.5 x (how far each mean [N, D] lies past the Box, in half-widths)^2, summed over the
+    dimensions and averaged over the batch: zero, with zero gradient, inside the Box."""
+    past = (torch.abs(mean - centre) / half_width - 1.0).clamp(min=0.0)
+    return 0.5 * past.pow(2).sum(-1).mean()

@@ -265,6 +265,8 @@ class Worker:
             a.entropy_coef,
             self.model.continuous,
             a.value_loss,
+            a.bound_coef,
+            (self.model.action_centre, self.model.log_half_width.exp()),
         )
         self.model.zero_grad(set_to_none=False)
         out.loss.backward()

@@ -83,6 +83,7 @@ def range_problems(cfg: Config) -> list[str]:
     need(0.0 <= a.gae_lambda <= 1.0, f"algo.gae_lambda: must be in [0, 1], got {a.gae_lambda}")
     need(a.entropy_coef >= 0, f"algo.entropy_coef: must be >= 0, got {a.entropy_coef}")
     need(a.value_coef > 0, f"algo.value_coef: must be > 0, got {a.value_coef}")
+    need(a.bound_coef >= 0, f"algo.bound_coef: must be >= 0, got {a.bound_coef}")
     need(
         a.max_grad_norm is None or a.max_grad_norm > 0,
         f"algo.max_grad_norm: must be > 0 or null, got {a.max_grad_norm}",

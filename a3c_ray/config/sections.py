@@ -75,6 +75,8 @@ class AlgoConfig:
     """Clip each pushed gradient to this global L2 norm on the ParameterServer; null disables. With RMSProp's epsilon 0.1 the step grows with the gradient, so a clip that binds bounds it: a solved CartPole that fails again sends value errors near 100 and gradient norms of 60 to over 1,000, which the clip of 2 keeps from rewriting the policy (docs/benchmarks.md). Adam's step does not grow with the gradient, so there a clip changes little."""
     normalize_advantages: bool = False
     """Standardise advantages within each rollout before the policy loss."""
+    bound_coef: float = 0.0
+    """Gaussian policy: weight of a penalty on a mean outside the action Box, 0.5 x (its distance past the bound, in half-widths)^2 per dimension; nothing inside the Box. A mean far past a bound makes nearly every sample clip to the same action, so the advantage no longer tells the policy anything there and the mean can stay stuck; the penalty pulls it back to where sampling explores. 0: none."""
     optimizer: str = "rmsprop"
     """``rmsprop`` (statistics shared by all Workers, the paper's best variant) or ``adam``."""
     lr: float = 7e-3
