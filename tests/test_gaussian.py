@@ -275,3 +275,25 @@ def test_the_shipped_pendulum_config_learns_the_swing_up_in_process() -> None:
     run = inprocess.train(cfg, 2)
     assert run.mean_100[99] < -900  # the first 100 episodes: no swing-up yet
     assert run.mean_100[-1] >= -500, run.mean_100[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_the_bound_penalty_frees_a_pendulum_seed_whose_mean_stuck_past_the_bound() -> None:
+    """Seed 101 of the shipped ``pendulum`` config, 2 Workers in process (deterministic), 1M env
+    steps: without the penalty its mean goes past -2 in nearly every state, every sample clips
+    to the same torque, and it ends at -1,424.5 (a policy that never swings up); with it, it ends
+    at -197.2. The margins: above -300 with the penalty, below -1,000 without it, so the test
+    fails if the penalty stops acting; if a change elsewhere lets this seed swing up without it,
+    the second assertion says so, and another stuck seed is needed to show the penalty."""
+    from a3c_ray.algo import inprocess
+    from a3c_ray.configs import resolve
+
+    finals = {}
+    for coef in (1.0, 0.0):
+        cfg = Config.load(resolve("pendulum"))
+        assert cfg.algo.bound_coef == 1.0
+        cfg.run.seed, cfg.algo.bound_coef = 101, coef
+        finals[coef] = inprocess.train(cfg, 2).mean_100[-1]
+    assert finals[1.0] >= -300, finals
+    assert finals[0.0] < -1000, finals
