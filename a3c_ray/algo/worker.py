@@ -79,6 +79,8 @@ class Worker:
         self.envs = make_vector_env(cfg.env)
         self.obs, _ = self.envs.reset(seed=seeds[:k])  # type: ignore[arg-type]  # one seed per env
         self.model = build_model(cfg.model, obs_shape, n_actions, action_bounds(self.envs))
+        # The action Box's centre and half-width, for the loss's penalty on a mean outside it.
+        self._action_bounds = (self.model.action_centre, self.model.log_half_width.exp())
         # ``auto`` resolved here, on the node this Worker runs on.
         self.compute_dtype = resolve_compute_dtype(cfg.algo.compute_dtype)
         self.version = -1
@@ -266,7 +268,7 @@ class Worker:
             self.model.continuous,
             a.value_loss,
             a.bound_coef,
-            (self.model.action_centre, self.model.log_half_width.exp()),
+            self._action_bounds if a.bound_coef > 0 else None,
         )
         self.model.zero_grad(set_to_none=False)
         out.loss.backward()
