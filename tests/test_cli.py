@@ -60,6 +60,9 @@ def existing_run(tmp_path: Path) -> Path:
         ),
         (["eval", "/no/such/checkpoint"], "no checkpoint at /no/such/checkpoint"),
         (["eval", "x.pt", "--episodes", "0"], "--episodes must be >= 1"),
+        (["eval", "--random", "Nope-v9"], "unknown environment 'Nope-v9'"),
+        (["eval", "--random", "tests.odd_spaces:GridActions"], "not an import path"),
+        (["eval", "--random", "CartPole-v1", "--greedy"], "--random takes neither --greedy"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_problem(

@@ -17,8 +17,47 @@ class Episode(NamedTuple):
     length: int
 
 
+class UniformPolicy:
+    """The random agent: each action drawn uniformly from the action space (a Box's bounds),
+    from the evaluation's generator, so a seed gives the same games. What a score is compared
+    with: ``a3c-ray eval --random ENV``."""
+
+    def __init__(self, action_space: gym.Space):
+        if isinstance(action_space, gym.spaces.Discrete):
+            self._n, self._low, self._high = int(action_space.n), None, None
+        elif (
+            isinstance(action_space, gym.spaces.Box)
+            and np.isfinite(
+                np.concatenate([action_space.low.ravel(), action_space.high.ravel()])
+            ).all()
+        ):
+            self._n = 0
+            self._low = torch.as_tensor(action_space.low, dtype=torch.float32)
+            self._high = torch.as_tensor(action_space.high, dtype=torch.float32)
+        else:
+            raise ValueError(
+                f"random actions need a Discrete or a bounded Box action space, not {action_space}"
+            )
+
+    @property
+    def continuous(self) -> bool:
+        return self._n == 0
+
+    def initial_state(self, batch: int) -> None:
+        return None
+
+    def act(
+        self, obs: np.ndarray, state: object, greedy: bool, generator: torch.Generator
+    ) -> tuple[np.ndarray, None, None]:
+        batch = len(obs)
+        if self._low is None or self._high is None:
+            return torch.randint(self._n, (batch,), generator=generator).numpy(), None, None
+        u = torch.rand((batch, *self._low.shape), generator=generator)
+        return (self._low + u * (self._high - self._low)).numpy(), None, None
+
+
 def run_episodes(
-    policy: Policy, env: gym.Env, episodes: int, seed: int, greedy: bool = False
+    policy: Policy | UniformPolicy, env: gym.Env, episodes: int, seed: int, greedy: bool = False
 ) -> list[Episode]:
     """Play ``episodes`` full episodes; env and action sampling are seeded from ``seed``."""
     generator = torch.Generator().manual_seed(seed)

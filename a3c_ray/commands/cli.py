@@ -76,7 +76,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         formatter_class=flags.HelpFormatter,
     )
     e.add_argument(
-        "checkpoint", help="a ckpt-*.pt file, a latest/best pointer, a checkpoints dir or a run dir"
+        "checkpoint",
+        help="a ckpt-*.pt file, a latest/best pointer, a checkpoints dir or a run dir; "
+        "with --random, an env id",
     )
     e.add_argument("--episodes", type=int, default=10, help="episodes to play")
     e.add_argument("--seed", type=int, default=0, help="seed of the env and the action sampling")
@@ -94,6 +96,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="import the env and wrappers the checkpoint names by import path (module:Name): "
         "runs their code, so only for checkpoints you trust (registered ids need no flag)",
+    )
+    e.add_argument(
+        "--random",
+        action="store_true",
+        help="play uniformly random actions on the env id given in place of a checkpoint, "
+        "evaluated as a run from --env ID would be: the random agent's score",
     )
     e.add_argument("--json", action="store_true", help="print the result as JSON")
     for name in MODULE_COMMANDS:
@@ -114,15 +122,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise UsageError("a3c-ray eval: --episodes must be >= 1")
-    res = evaluate_checkpoint(
-        args.checkpoint, args.episodes, args.seed, args.greedy, args.video, args.trust_env
-    )
+    if args.random:
+        from a3c_ray.commands.evaluate import evaluate_random
+
+        if args.greedy or args.trust_env:
+            raise UsageError("a3c-ray eval: --random takes neither --greedy nor --trust-env")
+        res = evaluate_random(args.checkpoint, args.episodes, args.seed, args.video)
+    else:
+        res = evaluate_checkpoint(
+            args.checkpoint, args.episodes, args.seed, args.greedy, args.video, args.trust_env
+        )
     if args.json:
         print(json.dumps(res))
     else:
         print(
             f"{res['env_id']}: mean return {res['mean_return']:.2f} ± {res['std_return']:.2f} "
-            f"over {res['episodes']} episodes (mean length {res['mean_length']:.1f}) [{res['checkpoint']}]"
+            f"over {res['episodes']} episodes (mean length {res['mean_length']:.1f}) "
+            f"[{res['checkpoint'] or 'random actions'}]"
         )
     return 0
 

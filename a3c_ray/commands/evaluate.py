@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from a3c_ray.algo.evaluation import run_episodes, summarize
+from a3c_ray.algo.evaluation import UniformPolicy, run_episodes, summarize
 from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import ActorCritic
 from a3c_ray.config import EnvConfig
@@ -28,6 +28,21 @@ def env_config_from_checkpoint(state: dict[str, Any]) -> EnvConfig:
 def model_from_checkpoint(state: dict[str, Any]) -> ActorCritic:
     """The network a checkpoint was saved from, with its weights (its policy's ``model``)."""
     return policy_from_state(state).model
+
+
+def _eval_env(env_cfg: EnvConfig, video_dir: Path | None) -> gym.Env:
+    """The evaluation env (whole games, raw scores), recording each episode into ``video_dir``."""
+    if video_dir is None:
+        return make_eval_env(env_cfg, search_cwd=False)
+    if importlib.util.find_spec("moviepy") is None:
+        raise ConfigError([f"--video needs moviepy: {install_hint('video')}"])
+    return gym.wrappers.RecordVideo(
+        make_eval_env(env_cfg, render_mode="rgb_array", search_cwd=False),
+        str(video_dir),
+        episode_trigger=lambda _: True,
+        name_prefix="eval",
+        disable_logger=True,
+    )
 
 
 def evaluate_checkpoint(
@@ -57,18 +72,7 @@ def evaluate_checkpoint(
             )
         raise ConfigError([f"checkpoint {state['path']}: {problem}"])
     policy = policy_from_state(state)
-    if video_dir is not None:
-        if importlib.util.find_spec("moviepy") is None:
-            raise ConfigError([f"--video needs moviepy: {install_hint('video')}"])
-        env: gym.Env = gym.wrappers.RecordVideo(
-            make_eval_env(env_cfg, render_mode="rgb_array", search_cwd=False),
-            str(video_dir),
-            episode_trigger=lambda _: True,
-            name_prefix="eval",
-            disable_logger=True,
-        )
-    else:
-        env = make_eval_env(env_cfg, search_cwd=False)
+    env = _eval_env(env_cfg, video_dir)
     shape = tuple(int(x) for x in env.observation_space.shape or ())
     if shape != tuple(int(x) for x in state["obs_shape"]):
         env.close()
@@ -86,6 +90,47 @@ def evaluate_checkpoint(
         "env_id": env_cfg.id,
         "checkpoint": state["path"],
         "env_steps": int(state["env_steps"]),
+        "episodes": episodes,
+        "mean_return": mean,
+        "std_return": std,
+        "mean_length": mean_len,
+        "returns": [e.total_reward for e in eps],
+        "lengths": [e.length for e in eps],
+    }
+
+
+def evaluate_random(
+    env_id: str, episodes: int, seed: int = 0, video_dir: Path | None = None
+) -> dict[str, Any]:
+    """Play uniformly random actions for ``episodes`` on ``env_id``'s evaluation env: the env
+    that ``a3c-ray train --env env_id`` would evaluate on (its shipped config, the Atari starting
+    point, or the defaults), so the score is a trained agent's baseline under the same protocol.
+    Only registered ids: nothing is imported by path."""
+    from a3c_ray import configs
+
+    if ":" in env_id:
+        raise ConfigError([f"--random takes a registered env id, not an import path: {env_id}"])
+    cfg, _ = configs.starting_config(None, env_id, True, is_atari)
+    cfg.env.id = env_id
+    problem = check_env(cfg.env, search_cwd=False)
+    if problem:
+        raise ConfigError([problem])
+    env = _eval_env(cfg.env, video_dir)
+    try:
+        policy = UniformPolicy(env.action_space)
+    except ValueError as e:
+        env.close()
+        raise ConfigError([f"{env_id}: {e}"]) from None
+    try:
+        eps = run_episodes(policy, env, episodes, seed)
+    finally:
+        env.close()
+    mean, std, mean_len = summarize(eps)
+    return {
+        "env_id": cfg.env.id,
+        "checkpoint": None,
+        "policy": "random",
+        "env_steps": 0,
         "episodes": episodes,
         "mean_return": mean,
         "std_return": std,
