@@ -1,7 +1,8 @@
 """a3c-ray: distributed A3C (asynchronous advantage actor-critic) on Ray.
 
 From Python (``docs/python.md``): ``a3c_ray.train(...)`` trains as ``a3c-ray train`` does and
-returns the run's summary; ``a3c_ray.evaluate(path)`` plays a checkpoint as ``a3c-ray eval`` does;
+returns the run's summary; ``a3c_ray.evaluate(path)`` plays a checkpoint as ``a3c-ray eval`` does,
+``a3c_ray.evaluate_random(env)`` random actions as ``a3c-ray eval --random`` does;
 ``a3c_ray.load_policy(path)`` loads a trained policy to act with, without Ray.
 """
 
@@ -21,6 +22,7 @@ __all__ = [
     "Summary",
     "TrainingFailed",
     "evaluate",
+    "evaluate_random",
     "load_policy",
     "train",
 ]
@@ -28,7 +30,7 @@ __all__ = [
 if TYPE_CHECKING:
     from a3c_ray.algo.messages import Progress
     from a3c_ray.algo.policy import Policy
-    from a3c_ray.api import EvalResult, TrainingFailed, evaluate, train
+    from a3c_ray.api import EvalResult, TrainingFailed, evaluate, evaluate_random, train
     from a3c_ray.config import Config
     from a3c_ray.errors import CheckpointError, ConfigError
     from a3c_ray.rundir.policy import load_policy
@@ -48,6 +50,7 @@ _WHERE = {
     "Summary": "a3c_ray.rundir.summary",
     "TrainingFailed": "a3c_ray.api",
     "evaluate": "a3c_ray.api",
+    "evaluate_random": "a3c_ray.api",
     "load_policy": "a3c_ray.rundir.policy",
     "train": "a3c_ray.api",
 }

@@ -141,8 +141,8 @@ class EvalResult:
     """What ``evaluate`` (and ``a3c-ray eval``) measured: each episode's return and length."""
 
     env_id: str
-    checkpoint: str
-    """The checkpoint file played."""
+    checkpoint: str | None
+    """The checkpoint file played; None for random actions (``evaluate_random``)."""
     env_steps: int
     """Env steps of training behind it."""
     returns: list[float]
@@ -177,9 +177,25 @@ def evaluate(
         greedy,
         trust_env=trust_env,
     )
+    return _result(res)
+
+
+def evaluate_random(env: str, episodes: int = 10, seed: int | None = None) -> EvalResult:
+    """Play uniformly random actions for ``episodes`` on ``env``'s evaluation env, as ``a3c-ray
+    eval --random env`` does: the env a run from ``train(env=env)`` evaluates on, so its score is
+    the baseline to read that run's against. ``env`` is a registered id (no import paths).
+    Raises ``ConfigError`` (a ``ValueError``) for bad input."""
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ConfigError([f"episodes: must be an integer >= 1, got {episodes!r}"])
+    from a3c_ray.commands.evaluate import evaluate_random as play_random
+
+    return _result(play_random(env, episodes, 0 if seed is None else seed))
+
+
+def _result(res: dict[str, Any]) -> EvalResult:
     return EvalResult(
         env_id=str(res["env_id"]),
-        checkpoint=str(res["checkpoint"]),
+        checkpoint=None if res["checkpoint"] is None else str(res["checkpoint"]),
         env_steps=int(res["env_steps"]),
         returns=[float(r) for r in res["returns"]],
         lengths=[int(n) for n in res["lengths"]],

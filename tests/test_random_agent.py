@@ -57,3 +57,16 @@ def test_uniform_actions_over_a_discrete_space_hit_every_action() -> None:
 def test_an_unbounded_box_has_no_uniform_actions() -> None:
     with pytest.raises(ValueError, match="bounded Box"):
         UniformPolicy(gym.spaces.Box(low=-np.inf, high=np.inf, shape=(2,)))
+
+
+def test_evaluate_random_from_python_is_the_command_s_result(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import a3c_ray
+
+    cli = random_eval(capsys, "CartPole-v1", "--episodes", "4", "--seed", "2")
+    res = a3c_ray.evaluate_random("CartPole-v1", episodes=4, seed=2)
+    assert res.checkpoint is None and res.env_steps == 0
+    assert res.returns == cli["returns"] and res.mean_return == pytest.approx(cli["mean_return"])
+    with pytest.raises(ValueError, match="episodes"):
+        a3c_ray.evaluate_random("CartPole-v1", episodes=0)
