@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from a3c_ray.algo.evaluation import UniformPolicy, run_episodes, summarize
+from a3c_ray.algo.evaluation import Episode, UniformPolicy, run_episodes, summarize
 from a3c_ray.algo.messages import CheckpointMeta
 from a3c_ray.algo.models import ActorCritic
 from a3c_ray.config import EnvConfig
@@ -85,18 +85,7 @@ def evaluate_checkpoint(
         eps = run_episodes(policy, env, episodes, seed, greedy=greedy)
     finally:
         env.close()
-    mean, std, mean_len = summarize(eps)
-    return {
-        "env_id": env_cfg.id,
-        "checkpoint": state["path"],
-        "env_steps": int(state["env_steps"]),
-        "episodes": episodes,
-        "mean_return": mean,
-        "std_return": std,
-        "mean_length": mean_len,
-        "returns": [e.total_reward for e in eps],
-        "lengths": [e.length for e in eps],
-    }
+    return _result(env_cfg.id, state["path"], int(state["env_steps"]), eps)
 
 
 def evaluate_random(
@@ -125,13 +114,19 @@ def evaluate_random(
         eps = run_episodes(policy, env, episodes, seed)
     finally:
         env.close()
+    return {**_result(cfg.env.id, None, 0, eps), "policy": "random"}
+
+
+def _result(
+    env_id: str, checkpoint: str | None, env_steps: int, eps: list[Episode]
+) -> dict[str, Any]:
+    """What ``a3c-ray eval`` prints (``--json``): the summary and each episode's return and length."""
     mean, std, mean_len = summarize(eps)
     return {
-        "env_id": cfg.env.id,
-        "checkpoint": None,
-        "policy": "random",
-        "env_steps": 0,
-        "episodes": episodes,
+        "env_id": env_id,
+        "checkpoint": checkpoint,
+        "env_steps": env_steps,
+        "episodes": len(eps),
         "mean_return": mean,
         "std_return": std,
         "mean_length": mean_len,
