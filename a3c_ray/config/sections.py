@@ -132,9 +132,13 @@ class RunConfig:
     stop_grace: float = 15.0
     """Seconds a stopping run (target, a limit, Ctrl-C, SIGTERM) waits for its Workers' last pushes. A Worker that has not started by then (no free CPU for it) is not waited for at all, and one still busy after it (stuck in its env) is killed: a run ends within this bound plus its final checkpoint."""
     actor_env: dict[str, str] = field(
-        default_factory=lambda: {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "1048576"}
+        default_factory=lambda: {
+            "MALLOC_ARENA_MAX": "2",
+            "MALLOC_MMAP_THRESHOLD_": "33554432",
+            "MALLOC_TRIM_THRESHOLD_": "134217728",
+        }
     )
-    """Environment variables of the run's Worker, ParameterServer and Monitor processes (Ray's ``runtime_env`` ``env_vars``, merged with the job's). The default caps glibc's malloc at 2 arenas and serves blocks of 1 MiB or more by mmap: an actor runs 25 to 60 threads, and without it the megabytes of an Atari CNN's gradients, weights and batches, freed in one thread's arena and wanted in another's, made Pong's actors grow 9-20% in an hour (docs/reliability.md). ``{}`` leaves the processes' environment as Ray starts them."""
+    """Environment variables of the run's Worker, ParameterServer and Monitor processes (Ray's ``runtime_env`` ``env_vars``, merged with the job's). The default caps glibc's malloc at 2 arenas, so that the megabytes of an Atari CNN's gradients, weights and batches freed in one thread's arena are reused by the next (an actor runs 25 to 60 threads; without the cap Pong's actors grew 9-20% in an hour, docs/reliability.md), and keeps blocks of up to 32 MiB, and up to 128 MiB of free heap, in the process: a block mapped from the system for each allocation and returned at each free costs its pages' faults every time, which doubled the CPU time of the Nature CNN's gradient pass on 80 frame stacks. ``{}`` leaves the processes' environment as Ray starts them."""
 
 
 @dataclass
