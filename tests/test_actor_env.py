@@ -48,7 +48,7 @@ def faults_per_pass(env: dict[str, str]) -> int:
 def test_the_default_actor_env_serves_a_gradient_pass_from_the_heap() -> None:
     """Under the default ``run.actor_env`` a pass of the Nature CNN over 80 frame stacks (a
     Breakout gradient) takes a few hundred minor faults at most; blocks of 1 MiB or more mapped
-    per allocation (the setting before) take tens of thousands, which the same count shows."""
+    per allocation (the setting before) take about ten thousand, which the same count shows."""
     default = faults_per_pass(RunConfig().actor_env)
     mapped = faults_per_pass({"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "1048576"})
     assert default < 1_000, default
